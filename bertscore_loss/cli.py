@@ -1,0 +1,96 @@
+"""Command line: ``bertscore-loss score ...``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from .baseline import BaselineNotFoundError
+from .encoder import ModelNotFoundError
+
+
+def read_lines(path: str) -> list[str]:
+    """Lines of a UTF-8 text file without their line endings (``-`` = standard input)."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    with open(path, encoding="utf-8") as fh:
+        return fh.read().splitlines()
+
+
+def add_scorer_args(p: argparse.ArgumentParser) -> None:
+    """Options shared by every command that builds a scorer."""
+    p.add_argument("--model", "-m", default=None, help="HF model name (local cache) or folder; default: bundled MiniLM")
+    p.add_argument("--layer", "-l", type=int, default=None, help="layer to use (default: the model's preset)")
+    p.add_argument("--idf", action="store_true", help="weight tokens by IDF over the references")
+    p.add_argument("--rescale", action="store_true", help="rescale with a baseline (x - b) / (1 - b)")
+    p.add_argument("--baseline", default=None, help="baseline file in the bert-score format LAYER,P,R,F")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per encoder batch")
+
+
+def scorer_from_args(args: argparse.Namespace):
+    from .scorer import BERTScorer
+
+    return BERTScorer(
+        model=args.model,
+        layer=args.layer,
+        idf=args.idf,
+        rescale=args.rescale,
+        baseline=args.baseline,
+        device=args.device,
+        dtype=args.dtype,
+        batch_tokens=args.batch_tokens,
+    )
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    cands = read_lines(args.cands)
+    ref_files = [read_lines(r) for r in args.refs]
+    for path, lines in zip(args.refs, ref_files):
+        if len(lines) != len(cands):
+            raise ValueError(f"{args.cands} has {len(cands)} lines but {path} has {len(lines)}: the lengths must match")
+    refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
+    scorer = scorer_from_args(args)
+    p, r, f = scorer.score(cands, refs)
+    out = sys.stdout
+    if args.per_line:
+        for a, b, c in zip(p.tolist(), r.tolist(), f.tolist()):
+            out.write(f"{a:.6f}\t{b:.6f}\t{c:.6f}\n")
+    else:
+        if len(cands):
+            out.write(f"P: {p.mean().item():.6f}  R: {r.mean().item():.6f}  F: {f.mean().item():.6f}\n")
+        else:
+            out.write("no pairs\n")
+        out.write(scorer.signature() + "\n")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="bertscore-loss", description="BERTScore for training and decoding")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sc = sub.add_parser("score", help="score candidates against references (one text per line)")
+    sc.add_argument("-c", "--cands", required=True, help="candidates file, one per line")
+    sc.add_argument("-r", "--refs", required=True, action="append", help="references file; repeat for multi-reference")
+    sc.add_argument("--per-line", action="store_true", help="print P<TAB>R<TAB>F per input pair instead of means")
+    add_scorer_args(sc)
+    sc.set_defaults(func=cmd_score)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(message)s")
+    try:
+        return args.func(args)
+    except (ValueError, TypeError, FileNotFoundError, ModelNotFoundError, BaselineNotFoundError) as exc:
+        print(f"bertscore-loss: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
