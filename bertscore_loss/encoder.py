@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from .cache import EmbeddingCache
 from .presets import BUNDLED_NAME, default_layer
 
 logger = logging.getLogger(__name__)
@@ -168,6 +169,16 @@ class FrozenEncoder(nn.Module):
         self.model.eval()
         self.special_ids = self._framing_ids()
         self.max_length = self._max_length()
+        self.cache = EmbeddingCache(0)
+
+    def enable_cache(self, max_bytes: int) -> EmbeddingCache:
+        """Keep up to ``max_bytes`` of text embeddings (LRU), shared by everything using this encoder."""
+        if max_bytes != self.cache.max_bytes:
+            old = self.cache
+            self.cache = EmbeddingCache(max_bytes)
+            for text, (emb, ids) in old._data.items():
+                self.cache.put(text, emb, ids)
+        return self.cache
 
     # --- frozen discipline -------------------------------------------------------------------
     def train(self, mode: bool = True) -> FrozenEncoder:
@@ -237,6 +248,32 @@ class FrozenEncoder(nn.Module):
                     **self._call_kwargs,
                 )["input_ids"]
         return Tokenized([list(r) for r in ids], truncated)
+
+    def embed_texts(
+        self, texts: Sequence[str], *, batch_tokens: int = 8192, progress: bool = False
+    ) -> tuple[PackedEmbeddings, list[list[int]], int]:
+        """Embeddings of ``texts`` (in order), their token ids, and how many texts were truncated.
+
+        Texts in :attr:`cache` are not re-encoded; newly encoded ones are added to it.
+        """
+        if self.cache.max_bytes == 0:
+            tok = self.tokenize(texts)
+            return self.embed_ids(tok.ids, batch_tokens=batch_tokens, progress=progress), tok.ids, tok.truncated
+        keys = [t.strip() for t in texts]
+        found = [self.cache.get(k) for k in keys]
+        missing = sorted({k for k, f in zip(keys, found) if f is None})
+        truncated = 0
+        fresh: dict[str, tuple[Tensor, list[int]]] = {}
+        if missing:
+            tok = self.tokenize(missing)
+            truncated = tok.truncated
+            packed = self.embed_ids(tok.ids, batch_tokens=batch_tokens, progress=progress)
+            for i, k in enumerate(missing):
+                fresh[k] = (packed.row(i).clone(), tok.ids[i])  # a copy, not a view of the whole batch
+                self.cache.put(k, *fresh[k])
+        items = [f if f is not None else fresh[k] for k, f in zip(keys, found)]
+        ids = [i for _, i in items]
+        return PackedEmbeddings.from_list([e for e, _ in items], ids), ids, truncated
 
     # --- forward -----------------------------------------------------------------------------
     def forward(
@@ -327,6 +364,21 @@ class PackedEmbeddings:
 
     def __len__(self) -> int:
         return int(self.offsets.numel())
+
+    def row(self, i: int) -> Tensor:
+        """Embeddings ``[L_i, d]`` of text ``i``."""
+        start = int(self.offsets[i])
+        return self.flat[start : start + int(self.lengths[i])]
+
+    @classmethod
+    def from_list(cls, embs: Sequence[Tensor], ids: Sequence[Sequence[int]]) -> PackedEmbeddings:
+        """Pack per-text embeddings ``[L_i, d]`` and their token ids."""
+        device = embs[0].device if embs else torch.device("cpu")
+        lengths = torch.tensor([e.shape[0] for e in embs], dtype=torch.long, device=device)
+        offsets = torch.cumsum(lengths, 0) - lengths
+        flat = torch.cat(list(embs)) if embs else torch.zeros((0, 0), device=device)
+        token_ids = torch.tensor([t for r in ids for t in r], dtype=torch.long, device=device)
+        return cls(flat, offsets, lengths, token_ids)
 
     def gather(self, index: Tensor, token_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
         """Padded embeddings ``[B, L, d]``, mask ``[B, L]`` and weights ``[B, L]`` of texts ``index`` ``[B]``.

@@ -34,6 +34,8 @@ class ScorerConfig:
     packaged one of the model, an error if there is none); ``batch_tokens``: padded-token budget of one
     encoder batch; ``max_elements``: cosine entries per matching chunk; ``multi_ref``: ``"max"`` (max per
     measure, as ``bert-score``) or ``"best_f"`` (the P, R, F of the reference with the highest F);
+    ``cache_bytes``: keep up to that many bytes of text embeddings on the encoder (LRU; 0 = off), so
+    texts seen in an earlier call are not re-encoded;
     ``progress``: None = a bar on stderr for 1,000 or more texts.
     """
 
@@ -47,6 +49,7 @@ class ScorerConfig:
     batch_tokens: int = 8192
     max_elements: int = 1 << 24
     multi_ref: Literal["max", "best_f"] = "max"
+    cache_bytes: int = 0
     progress: bool | None = None
     allow_download: bool = False
 
@@ -85,6 +88,8 @@ class BERTScorer:
             config.model, config.layer, device=config.device, dtype=config.dtype, allow_download=config.allow_download
         )
         self.config.layer = self.encoder.layer
+        if config.cache_bytes:
+            self.encoder.enable_cache(config.cache_bytes)
         self.baseline: Tensor | None = None
         self._baseline_source: str | None = None
         if config.rescale:
@@ -112,18 +117,17 @@ class BERTScorer:
 
     def embed(self, texts: Sequence[str]) -> tuple[PackedEmbeddings, list[list[int]]]:
         """Embeddings of ``texts`` (each encoded once, in input order) and their token ids."""
-        tok = self.encoder.tokenize(texts)
-        if tok.truncated:
+        packed, ids, truncated = self.encoder.embed_texts(
+            texts, batch_tokens=self.config.batch_tokens, progress=self._progress(len(texts))
+        )
+        if truncated:
             warnings.warn(
-                f"{tok.truncated} input text(s) are longer than the model's maximum of "
+                f"{truncated} input text(s) are longer than the model's maximum of "
                 f"{self.encoder.max_length} tokens and were truncated",
                 BERTScoreWarning,
                 stacklevel=3,
             )
-        packed = self.encoder.embed_ids(
-            tok.ids, batch_tokens=self.config.batch_tokens, progress=self._progress(len(texts))
-        )
-        return packed, tok.ids
+        return packed, ids
 
     def weights(self, packed: PackedEmbeddings, idf: Tensor | None) -> Tensor:
         """Per-token weights ``[T]`` aligned with ``packed.flat``."""
