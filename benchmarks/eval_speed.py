@@ -28,6 +28,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     env = {
         "torch": torch.__version__,
         "transformers": transformers.__version__,
-        "bert_score": getattr(bert_score, "__version__", "?"),
+        "bert_score": version("bert-score"),
         "python": platform.python_version(),
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
