@@ -5,29 +5,37 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
+from .bridge import VocabBridge
 from .encoder import BERTScoreWarning, FrozenEncoder, ModelNotFoundError, PackedEmbeddings
 from .idf import idf_table, token_weights
+from .loss import BERTScoreLoss, LossConfig, LossOutput
 from .matching import (
     Matches,
     bertscore,
     cosine_matrix,
     f_score,
     greedy_match,
+    matched_similarities,
     precision_recall_f,
     rescale,
+    soft_max,
 )
 from .scorer import BERTScorer, ScorerConfig, Scores, reduce_references
 
 __all__ = [
+    "BERTScoreLoss",
     "BERTScoreWarning",
     "BERTScorer",
     "BaselineNotFoundError",
     "FrozenEncoder",
+    "LossConfig",
+    "LossOutput",
     "Matches",
     "ModelNotFoundError",
     "PackedEmbeddings",
     "Scores",
     "ScorerConfig",
+    "VocabBridge",
     "__version__",
     "bertscore",
     "cosine_matrix",
@@ -35,10 +43,12 @@ __all__ = [
     "greedy_match",
     "idf_table",
     "load_baseline",
+    "matched_similarities",
     "precision_recall_f",
     "read_baseline",
     "reduce_references",
     "rescale",
+    "soft_max",
     "token_weights",
     "write_baseline",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -163,8 +163,7 @@ class FrozenEncoder(nn.Module):
         # bert-score encodes byte-level BPE text (GPT-2, RoBERTa) with a prefix space, as after a word.
         self._call_kwargs = {"add_prefix_space": True} if _is_byte_level(tokenizer) else {}
         self.model = hf_model
-        self.dtype = resolve_dtype(dtype)
-        self.model.to(device=device or default_device(), dtype=self.dtype)
+        self.model.to(device=device or default_device(), dtype=resolve_dtype(dtype))
         self.model.requires_grad_(False)
         self.model.eval()
         self.special_ids = self._framing_ids()
@@ -190,6 +189,10 @@ class FrozenEncoder(nn.Module):
         return next(self.model.parameters()).device
 
     @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @property
     def hidden_size(self) -> int:
         return int(self.model.config.hidden_size)
 
@@ -207,6 +210,16 @@ class FrozenEncoder(nn.Module):
         ids = set(self.tokenizer("", add_special_tokens=True)["input_ids"])
         ids.update(i for i in (self.tokenizer.cls_token_id, self.tokenizer.sep_token_id) if i is not None)
         return frozenset(ids)
+
+    @cached_property
+    def framing(self) -> tuple[list[int], list[int]]:
+        """Special-token ids the tokenizer puts before and after a text's tokens (e.g. [CLS], [SEP])."""
+        full = self.tokenizer("a", add_special_tokens=True, **self._call_kwargs)["input_ids"]
+        body = self.tokenizer("a", add_special_tokens=False, **self._call_kwargs)["input_ids"]
+        for i in range(len(full) - len(body) + 1):
+            if full[i : i + len(body)] == body:
+                return list(full[:i]), list(full[i + len(body) :])
+        raise ValueError("cannot locate a text's tokens between the tokenizer's special tokens")
 
     def _max_length(self) -> int:
         tok_max = int(getattr(self.tokenizer, "model_max_length", 0) or 0)
@@ -259,13 +272,28 @@ class FrozenEncoder(nn.Module):
         if self.cache.max_bytes == 0:
             tok = self.tokenize(texts)
             return self.embed_ids(tok.ids, batch_tokens=batch_tokens, progress=progress), tok.ids, tok.truncated
-        keys = [t.strip() for t in texts]
+        return self._embed_cached([t.strip() for t in texts], self.tokenize, batch_tokens, progress)
+
+    def embed_token_ids(
+        self, ids: Sequence[Sequence[int]], *, batch_tokens: int = 8192
+    ) -> tuple[PackedEmbeddings, list[list[int]], int]:
+        """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`tokenize` returns them)."""
+        ids = [[int(t) for t in r] for r in ids]
+        if self.cache.max_bytes == 0:
+            return self.embed_ids(ids, batch_tokens=batch_tokens), ids, 0
+        keys = ["\x00ids:" + ",".join(map(str, r)) for r in ids]
+        by_key = dict(zip(keys, ids))
+        return self._embed_cached(keys, lambda ks: Tokenized([by_key[k] for k in ks], 0), batch_tokens, False)
+
+    def _embed_cached(
+        self, keys: list[str], tokenize: Callable[[list[str]], Tokenized], batch_tokens: int, progress: bool
+    ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         found = [self.cache.get(k) for k in keys]
         missing = sorted({k for k, f in zip(keys, found) if f is None})
         truncated = 0
         fresh: dict[str, tuple[Tensor, list[int]]] = {}
         if missing:
-            tok = self.tokenize(missing)
+            tok = tokenize(missing)
             truncated = tok.truncated
             packed = self.embed_ids(tok.ids, batch_tokens=batch_tokens, progress=progress)
             for i, k in enumerate(missing):

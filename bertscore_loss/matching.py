@@ -9,7 +9,7 @@ Masks are boolean, True on real tokens (special tokens included), False on paddi
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -86,6 +86,53 @@ def greedy_match(sim: Tensor, cand_mask: Tensor | None = None, ref_mask: Tensor 
     return Matches(cand_sim, cand_index, ref_sim, ref_index)
 
 
+MaxMode = Literal["hard", "soft", "straight_through"]
+
+
+def soft_max(sim: Tensor, dim: int, valid: Tensor, temperature: float) -> Tensor:
+    """Smooth max ``Σ softmax(s/τ)·s`` of ``sim`` along ``dim`` over the ``valid`` entries only.
+
+    Rows without any valid entry give 0. Tends to the hard max as ``temperature`` → 0.
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    filled = sim.masked_fill(~valid, 0.0)
+    logits = (filled / temperature).masked_fill(~valid, float("-inf"))
+    any_valid = valid.any(dim=dim, keepdim=True)
+    logits = torch.where(any_valid, logits, torch.zeros_like(logits))
+    return (torch.softmax(logits, dim=dim) * filled).sum(dim=dim).masked_fill(~any_valid.squeeze(dim), 0.0)
+
+
+def matched_similarities(
+    sim: Tensor,
+    cand_mask: Tensor | None = None,
+    ref_mask: Tensor | None = None,
+    *,
+    mode: MaxMode = "hard",
+    temperature: float = 0.1,
+) -> tuple[Tensor, Tensor]:
+    """Each candidate token's ``[B, Lc]`` and reference token's ``[B, Lr]`` matched similarity.
+
+    ``mode``: ``"hard"`` = the exact greedy max (:func:`greedy_match`; gradient to the argmax),
+    ``"soft"`` = :func:`soft_max` at ``temperature``, ``"straight_through"`` = the hard value forward
+    with the soft gradient backward. Padded positions give 0.
+    """
+    hard = greedy_match(sim, cand_mask, ref_mask)
+    if mode == "hard":
+        return hard.cand_sim, hard.ref_sim
+    if mode not in ("soft", "straight_through"):
+        raise ValueError(f"max_mode must be 'hard', 'soft' or 'straight_through', got {mode!r}")
+    valid = pair_mask(sim, cand_mask, ref_mask)
+    soft_c = soft_max(sim, 2, valid, temperature)
+    soft_r = soft_max(sim, 1, valid, temperature)
+    if mode == "soft":
+        return soft_c, soft_r
+    return (
+        hard.cand_sim.detach() + (soft_c - soft_c.detach()),
+        hard.ref_sim.detach() + (soft_r - soft_r.detach()),
+    )
+
+
 def normalize_weights(weight: Tensor) -> Tensor:
     """Row-normalise token weights ``[B, L]`` to sum 1; an all-zero row stays all zero."""
     total = weight.sum(dim=-1, keepdim=True)
@@ -128,11 +175,16 @@ def bertscore(
     ref_weight: Tensor,
     *,
     normalized: bool = False,
+    mode: MaxMode = "hard",
+    temperature: float = 0.1,
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """P, R, F ``[B]`` of candidate embeddings ``[B, Lc, d]`` against reference embeddings ``[B, Lr, d]``."""
+    """P, R, F ``[B]`` of candidate embeddings ``[B, Lc, d]`` against reference embeddings ``[B, Lr, d]``.
+
+    ``mode``/``temperature`` choose the max over the cosine matrix (see :func:`matched_similarities`).
+    """
     sim = cosine_matrix(cand, ref, cand_mask, ref_mask, normalized=normalized)
-    m = greedy_match(sim, cand_mask, ref_mask)
-    return precision_recall_f(m.cand_sim, m.ref_sim, cand_weight, ref_weight)
+    cand_sim, ref_sim = matched_similarities(sim, cand_mask, ref_mask, mode=mode, temperature=temperature)
+    return precision_recall_f(cand_sim, ref_sim, cand_weight, ref_weight)
 
 
 def rescale(score: Tensor, baseline: Tensor | float) -> Tensor:

@@ -1,0 +1,275 @@
+"""``BERTScoreMetric``: a torchmetrics metric for ``validation_step`` whose states are scores, never token ids."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torchmetrics import Metric
+from torchmetrics.utilities import dim_zero_cat
+
+from ..cache import EmbeddingCache
+from ..encoder import PackedEmbeddings
+from ..inputs import check_pairs, check_texts
+from ..matching import rescale as rescale_scores
+from ..pairs import score_pairs
+from ..scorer import BERTScorer, ScorerConfig, reduce_references
+from .registry import get_encoder
+
+logger = logging.getLogger(__name__)
+
+_MEASURES = ("precision", "recall", "f1")
+
+
+def read_corpus(corpus: str | os.PathLike | Sequence[str]) -> list[str]:
+    """An IDF corpus given as a list of sentences or as a UTF-8 file with one sentence per line."""
+    if isinstance(corpus, (str, os.PathLike)):
+        path = Path(corpus)
+        if not path.is_file():
+            raise FileNotFoundError(f"idf_corpus {str(path)!r} is not a file (give a list of sentences or a file path)")
+        return path.read_text(encoding="utf-8").splitlines()
+    return check_texts(corpus, "idf_corpus")
+
+
+def _cat(state: Tensor | list[Tensor]) -> Tensor | None:
+    """A list state concatenated (it is already a tensor after a DDP sync); None when nothing was added."""
+    if isinstance(state, Tensor):
+        return state
+    return dim_zero_cat(state) if state else None
+
+
+class BERTScoreMetric(Metric):
+    """BERTScore P/R/F for validation loops, exact as :meth:`BERTScorer.score` with the same settings.
+
+    ``update(preds, target)`` encodes and scores the batch at once on this rank; the states are the
+    scores only, so under DDP each rank encodes just its own shard and :meth:`compute` syncs numbers.
+
+    * ``per_sample=False`` (default): running sums; ``compute()`` gives ``{"precision", "recall", "f1"}``
+      means (0-dim float32 tensors).
+    * ``per_sample=True``: per-sample lists (``dist_reduce_fx="cat"``); ``compute()`` gives the per-sample
+      tensors ``[N]`` (rank-major order under DDP, or ascending ``index`` when every ``update`` gets one;
+      duplicated indices, e.g. from a padding ``DistributedSampler``, are then kept once).
+
+    The encoder comes from a process-wide registry keyed by (model, layer, dtype, device): metrics with
+    the same settings share one copy, it is not a submodule (never in a ``state_dict`` nor in
+    ``parameters()``), and it follows the metric's device (``.to("cuda")`` switches to the registry's
+    copy on that device; the copy on the old device is freed once no metric holds it).
+
+    ``idf=True`` needs ``idf_corpus`` (a list of sentences or a text file, one per line): the IDF table
+    is fixed at construction and never recomputed per batch. ``rescale=True`` uses ``baseline`` (a
+    ``LAYER,P,R,F`` file; None = the packaged one of the model). ``target`` may hold several references
+    per prediction (a list of str each), reduced by ``multi_ref``. ``ref_cache_bytes`` bounds a cache of
+    reference embeddings (LRU, 0 = off): references seen in an earlier epoch are not re-encoded, so
+    later epochs encode only the predictions. Predictions are never cached.
+    Other keyword arguments go to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
+    """
+
+    is_differentiable = False
+    higher_is_better = True
+    full_state_update = False
+
+    def __init__(
+        self,
+        model: str | None = None,
+        layer: int | None = None,
+        *,
+        idf: bool = False,
+        idf_corpus: str | os.PathLike | Sequence[str] | None = None,
+        rescale: bool = False,
+        baseline: str | None = None,
+        multi_ref: Literal["max", "best_f"] = "max",
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+        batch_tokens: int = 8192,
+        max_elements: int = 1 << 24,
+        per_sample: bool = False,
+        ref_cache_bytes: int = 256 << 20,
+        allow_download: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        if idf and idf_corpus is None:
+            raise ValueError(
+                "idf=True needs idf_corpus (a list of sentences or a file path): the metric fixes its IDF "
+                "table at construction instead of recomputing it from each batch's references"
+            )
+        if idf_corpus is not None and not idf:
+            raise ValueError("idf_corpus is given but idf=False: pass idf=True to weight tokens by IDF")
+        if ref_cache_bytes < 0:
+            raise ValueError(f"ref_cache_bytes must be >= 0, got {ref_cache_bytes}")
+        config = ScorerConfig(
+            model=model,
+            layer=layer,
+            idf=idf,
+            rescale=rescale,
+            baseline=baseline,
+            dtype=dtype,
+            batch_tokens=batch_tokens,
+            max_elements=max_elements,
+            multi_ref=multi_ref,
+            cache_bytes=0,  # the encoder-level cache would also keep predictions; refs use our own cache
+            progress=False,
+            allow_download=allow_download,
+        )
+        self.per_sample = bool(per_sample)
+        self._requested_layer = layer
+        self._ref_cache = EmbeddingCache(int(ref_cache_bytes))
+        encoder = get_encoder(model, layer, dtype, self.device, allow_download=allow_download)
+        corpus = read_corpus(idf_corpus) if idf_corpus is not None else None
+        # A plain attribute (BERTScorer is not an nn.Module): the encoder stays out of the module tree.
+        self._scorer = BERTScorer(config, encoder=encoder, idf_corpus=corpus)
+        if self.per_sample:
+            for name in _MEASURES:
+                self.add_state(name, default=[], dist_reduce_fx="cat")
+            self.add_state("index", default=[], dist_reduce_fx="cat")
+        else:
+            for name in _MEASURES:
+                self.add_state(f"sum_{name}", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
+            self.add_state("total", default=torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+
+    # --- the shared encoder follows the metric's device ------------------------------------------
+    @property
+    def scorer(self) -> BERTScorer:
+        """The :class:`BERTScorer` (config, IDF table, baseline) bound to the encoder on this metric's device."""
+        enc = self._scorer.encoder
+        if enc is None or enc.device != self.device:
+            c = self._scorer.config
+            self._scorer.encoder = get_encoder(
+                c.model, self._requested_layer, c.dtype, self.device, allow_download=c.allow_download
+            )
+            self._ref_cache.clear()  # cached rows live on the old device
+        return self._scorer
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Metric:
+        this = super()._apply(fn, *args, **kwargs)
+        if self._scorer.encoder is not None and self._scorer.encoder.device != self.device:
+            _ = self.scorer  # rebind now, so the encoder on the old device is released
+        return this
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle (``ddp_spawn``, ``deepcopy``) without the encoder; it is taken from the registry again."""
+        state = super().__getstate__()
+        light = copy.copy(self._scorer)
+        light.encoder = None
+        state["_scorer"] = light
+        state["_ref_cache"] = EmbeddingCache(self._ref_cache.max_bytes)
+        return state
+
+    @property
+    def encoder_device(self) -> torch.device | None:
+        enc = self._scorer.encoder
+        return None if enc is None else enc.device
+
+    @property
+    def ref_cache(self) -> EmbeddingCache:
+        """The reference-embedding cache (``hits``/``misses`` count texts)."""
+        return self._ref_cache
+
+    # --- update / compute ---------------------------------------------------------------------
+    def _embed_refs(self, scorer: BERTScorer, texts: list[str]) -> PackedEmbeddings:
+        """Embeddings of the distinct stripped ``texts``, through the reference cache when it is on."""
+        if self._ref_cache.max_bytes == 0:
+            return scorer.embed(texts)[0]
+        found = [self._ref_cache.get(t) for t in texts]
+        missing = [t for t, f in zip(texts, found) if f is None]
+        fresh: dict[str, tuple[Tensor, list[int]]] = {}
+        if missing:
+            packed, ids = scorer.embed(missing)
+            for i, t in enumerate(missing):
+                fresh[t] = (packed.row(i).clone(), ids[i])
+                self._ref_cache.put(t, *fresh[t])
+        items = [f if f is not None else fresh[t] for t, f in zip(texts, found)]
+        return PackedEmbeddings.from_list([e for e, _ in items], [i for _, i in items])
+
+    def update(
+        self,
+        preds: str | Sequence[str],
+        target: str | Sequence[str] | Sequence[Sequence[str]],
+        index: Tensor | Sequence[int] | None = None,
+    ) -> None:
+        """Score ``preds`` (``N`` str) against ``target`` (``N`` str, or ``N`` lists of str for multi-reference).
+
+        ``index`` ``[N]`` (optional, ``per_sample=True`` only): dataset indices of the samples, so that
+        :meth:`compute` returns them in dataset order with duplicates dropped.
+        """
+        if isinstance(preds, str):
+            preds, target = [preds], [target]
+        cands, groups = check_pairs(preds, target)
+        if index is not None:
+            if not self.per_sample:
+                raise ValueError("index is only kept with per_sample=True (running sums cannot drop duplicates)")
+            index = torch.as_tensor(index, dtype=torch.long).flatten()
+            if index.numel() != len(cands):
+                raise ValueError(f"got {len(cands)} predictions but {index.numel()} indices: the lengths must match")
+        if not cands:
+            return
+        scorer = self.scorer
+        flat_refs = [r for g in groups for r in g]
+        BERTScorer._warn_empty(cands, flat_refs)
+        ref_key: dict[str, int] = {}
+        for t in flat_refs:
+            ref_key.setdefault(t.strip(), len(ref_key))
+        cand_key: dict[str, int] = {}
+        for t in cands:
+            cand_key.setdefault(t.strip(), len(cand_key))
+        ref_packed = self._embed_refs(scorer, list(ref_key))
+        cand_packed = scorer.embed(list(cand_key))[0]
+        idf = scorer.idf if scorer.config.idf else None
+        sizes = [len(g) for g in groups]
+        pair_cand = torch.repeat_interleave(
+            torch.tensor([cand_key[c.strip()] for c in cands], dtype=torch.long), torch.tensor(sizes)
+        )
+        pair_ref = torch.tensor([ref_key[r.strip()] for r in flat_refs], dtype=torch.long)
+        p, r, f = score_pairs(
+            cand_packed,
+            scorer.weights(cand_packed, idf),
+            pair_cand,
+            ref_packed,
+            scorer.weights(ref_packed, idf),
+            pair_ref,
+            max_elements=scorer.config.max_elements,
+        )
+        out = reduce_references(p.cpu(), r.cpu(), f.cpu(), sizes, scorer.config.multi_ref)
+        scores = out[:3]
+        if scorer.baseline is not None:
+            scores = tuple(rescale_scores(x, b) for x, b in zip(scores, scorer.baseline))
+        if self.per_sample:
+            for name, x in zip(_MEASURES, scores):
+                getattr(self, name).append(x.to(self.device))
+            if index is not None:
+                self.index.append(index.to(self.device))
+        else:
+            for name, x in zip(_MEASURES, scores):
+                setattr(self, f"sum_{name}", getattr(self, f"sum_{name}") + x.to(self.device, torch.float64).sum())
+            self.total = self.total + len(cands)
+
+    def compute(self) -> dict[str, Tensor]:
+        """Means ``{"precision", "recall", "f1"}`` (0-dim), or per-sample tensors ``[N]`` with ``per_sample``."""
+        if not self.per_sample:
+            n = self.total.to(torch.float64)
+            return {name: (getattr(self, f"sum_{name}") / n).float() for name in _MEASURES}
+        values = {name: _cat(getattr(self, name)) for name in _MEASURES}
+        if values["f1"] is None:
+            return {name: torch.zeros(0, device=self.device) for name in _MEASURES}
+        index = _cat(self.index)
+        if index is None or (index.numel() == 0 and values["f1"].numel() > 0):
+            return values
+        index = index.long()
+        if index.numel() != values["f1"].numel():
+            raise ValueError(
+                f"{index.numel()} indices for {values['f1'].numel()} samples: pass index to every update() or to none"
+            )
+        uniq, inverse = torch.unique(index, sorted=True, return_inverse=True)
+        first = torch.full((uniq.numel(),), index.numel(), dtype=torch.long, device=index.device)
+        first = first.scatter_reduce(0, inverse, torch.arange(index.numel(), device=index.device), "amin")
+        return {name: v[first] for name, v in values.items()}
+
+    # --- conveniences ---------------------------------------------------------------------------
+    def signature(self) -> str:
+        """The scorer's reproducibility signature (model, layer, IDF, rescaling, multi-ref, dtype, versions)."""
+        return self.scorer.signature()

@@ -1,0 +1,254 @@
+"""Differentiable BERTScore: :class:`BERTScoreLoss`, an ``nn.Module`` over a frozen encoder."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .bridge import VocabBridge
+from .encoder import BERTScoreWarning, FrozenEncoder
+from .matching import MaxMode, bertscore, f_score
+from .scorer import BERTScorer, ScorerConfig
+from .soft_inputs import Gumbel, expected_rows, to_probs
+
+
+@dataclass
+class LossConfig:
+    """Settings of :class:`BERTScoreLoss` beyond the encoder's (those are a :class:`ScorerConfig`).
+
+    ``max_mode``/``temperature``: max over the cosine matrix (``hard``, ``soft``, ``straight_through``);
+    ``inputs``: float candidates are ``logits`` or ``probs``; ``logit_temperature``: softmax temperature
+    on them; ``top_k``: renormalise over the k most probable tokens (avoids the ``V × d`` product);
+    ``gumbel``: ``None``, ``"soft"`` or ``"hard"`` (straight-through) Gumbel-softmax; ``measure``:
+    ``"f"`` (F_beta with ``beta``), ``"p"`` or ``"r"``; the loss is ``1 − measure``, reduced by
+    ``reduction`` (``mean``, ``sum``, ``none``); ``ref_cache_bytes``: reference embedding cache.
+    """
+
+    max_mode: MaxMode = "straight_through"
+    temperature: float = 0.05
+    inputs: Literal["logits", "probs"] = "logits"
+    logit_temperature: float = 1.0
+    top_k: int | None = None
+    gumbel: Gumbel = None
+    measure: Literal["f", "p", "r"] = "f"
+    beta: float = 1.0
+    reduction: Literal["mean", "sum", "none"] = "mean"
+    ref_cache_bytes: int = 256 << 20
+
+
+class LossOutput(NamedTuple):
+    """``loss`` (scalar, or ``[B]`` with ``reduction="none"``) and per-example P, R, F ``[B]``."""
+
+    loss: Tensor
+    precision: Tensor
+    recall: Tensor
+    f1: Tensor
+
+
+_LOSS_FIELDS = {f.name for f in dataclasses.fields(LossConfig)}
+
+
+class BERTScoreLoss(nn.Module):
+    """BERTScore of generated candidates against references, differentiable in the candidates.
+
+    ``forward(candidates, references, candidate_mask=None)``:
+
+    - ``candidates``: encoder token ids ``[B, T]`` (long), or logits/probabilities ``[B, T, V]`` over
+      the encoder's vocabulary (or the generator's, with ``bridge``); ``candidate_mask`` ``[B, T]``
+      (True = a real token) excludes padding and positions after EOS.
+    - ``references``: ``B`` strings, or framed encoder token ids (as ``FrozenEncoder.tokenize`` gives);
+      encoded without gradient and cached by content.
+
+    The candidate is framed with the encoder's special tokens as one-hot rows, exactly as the
+    evaluation mode tokenises, so one-hot inputs with ``max_mode="hard"`` reproduce
+    :meth:`BERTScorer.score`. The encoder is frozen, stays in eval mode, is not a submodule (so it is
+    in neither ``parameters()`` nor ``state_dict()``), and follows ``.to()``.
+    """
+
+    def __init__(
+        self,
+        config: ScorerConfig | None = None,
+        *,
+        scorer: BERTScorer | None = None,
+        encoder: FrozenEncoder | None = None,
+        idf_corpus: Sequence[str] | None = None,
+        bridge: VocabBridge | None = None,
+        loss: LossConfig | None = None,
+        **fields: object,
+    ) -> None:
+        super().__init__()
+        loss_fields = {k: fields.pop(k) for k in list(fields) if k in _LOSS_FIELDS}
+        self.loss_config = dataclasses.replace(loss or LossConfig(), **loss_fields)
+        lc = self.loss_config
+        if lc.measure not in ("f", "p", "r") or lc.reduction not in ("mean", "sum", "none"):
+            raise ValueError("measure must be 'f', 'p' or 'r' and reduction 'mean', 'sum' or 'none'")
+        if lc.top_k is not None and lc.top_k < 1:
+            raise ValueError(f"top_k must be >= 1, got {lc.top_k}")
+        if scorer is None:
+            scorer = BERTScorer(config, encoder=encoder, idf_corpus=idf_corpus, **fields)
+        if scorer.config.idf and scorer.idf is None:
+            raise ValueError(
+                "idf=True in the loss needs a fixed IDF corpus: pass idf_corpus=[...] (e.g. the training references)"
+            )
+        # Not registered as a submodule: outside parameters(), state_dict() and the parent's train().
+        self.__dict__["scorer"] = scorer
+        scorer.encoder.enable_cache(max(scorer.encoder.cache.max_bytes, lc.ref_cache_bytes))
+        enc = scorer.encoder
+        vocab_weight = torch.ones(enc.vocab_size) if scorer.idf is None else scorer.idf[: enc.vocab_size].clone()
+        vocab_weight[sorted(enc.special_ids)] = 0.0
+        self.register_buffer("vocab_weight", vocab_weight.to(enc.device), persistent=False)
+        self.bridge = bridge
+        prefix, suffix = enc.framing
+        self._prefix, self._suffix = prefix, suffix
+
+    # --- frozen-encoder discipline --------------------------------------------------------------
+    @property
+    def encoder(self) -> FrozenEncoder:
+        return self.scorer.encoder
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], *args: object, **kwargs: object) -> BERTScoreLoss:
+        """``.to()``, ``.cuda()``, ``.double()`` ... also move the (unregistered) encoder and its cache."""
+        super()._apply(fn, *args, **kwargs)
+        self.encoder._apply(fn, *args, **kwargs)
+        self.encoder.cache.clear()
+        return self
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def _tables(self, first: bool = False) -> tuple[Tensor, Tensor]:
+        """Embedding table ``[V, d]`` and token weights ``[V]`` of the candidate vocabulary.
+
+        With a bridge, ``first`` gives the tables for a text's first token.
+        """
+        if self.bridge is not None:
+            table = self.bridge.first_embeddings if first else self.bridge.embeddings
+            return table, self.bridge.weights(self.vocab_weight, first)
+        return self.encoder.input_embeddings, self.vocab_weight
+
+    def candidate_inputs(self, candidates: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """Word embeddings ``[B, T, d]`` and weights ``[B, T]`` of hard or soft candidates."""
+        table, weight = self._tables()
+        hard = not torch.is_floating_point(candidates)
+        if hard:
+            if candidates.dim() != 2:
+                raise ValueError(f"token-id candidates must be [batch, length], got shape {tuple(candidates.shape)}")
+            if candidates.numel() and (candidates.min() < 0 or candidates.max() >= table.shape[0]):
+                raise ValueError(f"candidate token ids must lie in [0, {table.shape[0]})")
+            rows = candidates
+            emb, w = table[rows], weight[rows]
+        else:
+            if candidates.dim() != 3:
+                shape = tuple(candidates.shape)
+                raise ValueError(f"soft candidates must be [batch, length, vocab], got shape {shape}")
+            lc = self.loss_config
+            rows = to_probs(candidates, inputs=lc.inputs, temperature=lc.logit_temperature, gumbel=lc.gumbel)
+            emb, w = expected_rows(rows, table, lc.top_k), expected_rows(rows, weight, lc.top_k)
+        if self.bridge is not None and emb.shape[1]:
+            # The first real token of each text starts a word: take it from the bridge's first-token table.
+            first = mask.long().argmax(dim=1, keepdim=True)  # [B, 1]
+            ftable, fweight = self._tables(first=True)
+            picked = rows.gather(1, first if hard else first.unsqueeze(-1).expand(-1, 1, rows.shape[-1]))
+            if hard:
+                femb, fw = ftable[picked], fweight[picked]
+            else:
+                femb = expected_rows(picked, ftable, self.loss_config.top_k)
+                fw = expected_rows(picked, fweight, self.loss_config.top_k)
+            emb = emb.scatter(1, first.unsqueeze(-1).expand(-1, 1, emb.shape[-1]), femb.to(emb.dtype))
+            w = w.scatter(1, first, fw.to(w.dtype))
+        return emb, w
+
+    def frame(self, emb: Tensor, weight: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Put the special tokens around each candidate's real tokens.
+
+        ``emb`` ``[B, T, d]``, ``weight``/``mask`` ``[B, T]`` → framed ``[B, L, d]``, ``[B, L]``, ``[B, L]``
+        with ``L = len(prefix) + T + len(suffix)``; real tokens are packed to the front first.
+        """
+        b, t, _ = emb.shape
+        order = torch.argsort((~mask).to(torch.int8), dim=1, stable=True)  # real tokens first, in order
+        emb = emb.gather(1, order.unsqueeze(-1).expand_as(emb))
+        weight = weight.gather(1, order)
+        lengths = mask.sum(dim=1)
+        npre, nsuf = len(self._prefix), len(self._suffix)
+        limit = self.encoder.max_length - npre - nsuf
+        if lengths.numel() and int(lengths.max()) > limit:
+            warnings.warn(
+                f"{int((lengths > limit).sum())} candidate(s) are longer than the model's maximum and were truncated",
+                BERTScoreWarning,
+                stacklevel=3,
+            )
+            lengths = lengths.clamp_max(limit)
+            t = min(t, limit)
+            emb, weight = emb[:, :t], weight[:, :t]
+        table = self.encoder.input_embeddings.to(emb.dtype)
+        special = torch.tensor(self._prefix + self._suffix, dtype=torch.long, device=emb.device)
+        special_rows = table[special] if special.numel() else emb.new_zeros((0, emb.shape[-1]))
+        width = npre + t + nsuf
+        pos = torch.arange(width, device=emb.device).unsqueeze(0).expand(b, width)
+        rel = pos - npre  # position within the content
+        in_content = (rel >= 0) & (rel < lengths.unsqueeze(1))
+        suf_rel = rel - lengths.unsqueeze(1)
+        in_suffix = (suf_rel >= 0) & (suf_rel < nsuf)
+        content = emb.gather(1, rel.clamp(0, max(t - 1, 0)).unsqueeze(-1).expand(b, width, emb.shape[-1]))
+        special_index = torch.where(pos < npre, pos, npre + suf_rel.clamp(0, max(nsuf - 1, 0)))
+        specials = special_rows[special_index.clamp_max(max(len(special) - 1, 0))]
+        is_special = (pos < npre) | in_suffix
+        framed = torch.where(in_content.unsqueeze(-1), content, torch.where(is_special.unsqueeze(-1), specials, 0.0))
+        content_w = weight.gather(1, rel.clamp(0, max(t - 1, 0)))
+        framed_w = torch.where(in_content, content_w, torch.zeros_like(content_w))
+        return framed, framed_w, in_content | is_special
+
+    # --- references -----------------------------------------------------------------------------
+    def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
+        """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
+        if len(references) and not isinstance(references[0], str):
+            with torch.no_grad():
+                packed, _, _ = self.encoder.embed_token_ids(references)
+        else:
+            packed, _ = self.scorer.embed(references)
+        weight = self.scorer.weights(packed, self.scorer.idf if self.scorer.config.idf else None)
+        return packed.gather(torch.arange(len(references), device=packed.flat.device), weight)
+
+    # --- forward --------------------------------------------------------------------------------
+    def forward(
+        self,
+        candidates: Tensor,
+        references: Sequence[str] | Sequence[Sequence[int]],
+        candidate_mask: Tensor | None = None,
+    ) -> LossOutput:
+        if len(references) != candidates.shape[0]:
+            raise ValueError(
+                f"got {candidates.shape[0]} candidates but {len(references)} references: the lengths must match"
+            )
+        lc = self.loss_config
+        device = self.encoder.device
+        candidates = candidates.to(device)
+        if candidate_mask is None:
+            candidate_mask = torch.ones(candidates.shape[:2], dtype=torch.bool, device=device)
+        elif candidate_mask.shape != candidates.shape[:2]:
+            shape = tuple(candidate_mask.shape)
+            raise ValueError(f"candidate_mask must have shape {tuple(candidates.shape[:2])}, got {shape}")
+        candidate_mask = candidate_mask.to(device).bool()
+        emb, weight = self.candidate_inputs(candidates, candidate_mask)
+        framed, cand_w, cand_mask = self.frame(emb, weight, candidate_mask)
+        framed = framed.to(self.encoder.input_embeddings.dtype)
+        hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
+        ref_emb, ref_mask, ref_w = self.reference_inputs(references)
+        if not torch.is_autocast_enabled(hidden.device.type):
+            ref_emb = ref_emb.to(hidden.dtype)
+        p, r, f = bertscore(
+            hidden, ref_emb, cand_mask, ref_mask, cand_w, ref_w, mode=lc.max_mode, temperature=lc.temperature
+        )
+        if lc.beta != 1.0:
+            f = f_score(p, r, lc.beta)
+        value = {"f": f, "p": p, "r": r}[lc.measure]
+        loss = 1.0 - value
+        if lc.reduction == "mean":
+            loss = loss.mean()
+        elif lc.reduction == "sum":
+            loss = loss.sum()
+        return LossOutput(loss, p, r, f)

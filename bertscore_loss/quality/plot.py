@@ -1,0 +1,158 @@
+"""Token-similarity heatmap of one (candidate, reference) pair with the greedy matches marked."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from ..idf import idf_table, token_weights
+from ..matching import cosine_matrix, greedy_match, precision_recall_f, rescale
+from ..scorer import BERTScorer
+
+
+@dataclass
+class TokenSimilarity:
+    """Everything the heatmap shows for one pair.
+
+    ``sim`` ``[Lc, Lr]`` cosine similarities of all tokens (special tokens included: they are match
+    targets); ``cand_match`` ``[Lc]`` / ``ref_match`` ``[Lr]`` the greedy match of each token;
+    ``cand_weight`` / ``ref_weight`` the token weights (IDF or 1; 0 for special tokens);
+    ``scores`` (P, R, F) as :meth:`BERTScorer.score` gives them (rescaled when the scorer rescales).
+    """
+
+    cand_tokens: list[str]
+    ref_tokens: list[str]
+    sim: Tensor
+    cand_match: Tensor
+    ref_match: Tensor
+    cand_weight: Tensor
+    ref_weight: Tensor
+    scores: tuple[float, float, float]
+    idf: bool
+    layer: int
+    model: str
+
+
+def token_similarity(cand: str, ref: str, scorer: BERTScorer | None = None) -> TokenSimilarity:
+    """Token similarities, greedy matches, weights and P/R/F of ``cand`` against ``ref`` under ``scorer``.
+
+    ``scorer`` (default: the bundled model at its default layer) decides the model, layer, IDF (its
+    fixed IDF corpus, else IDF over the one reference, as :meth:`BERTScorer.score`) and rescaling.
+    """
+    if not isinstance(cand, str) or not isinstance(ref, str):
+        raise TypeError("cand and ref must be str")
+    if not cand.strip() or not ref.strip():
+        raise ValueError("cand and ref must be non-empty texts")
+    scorer = scorer or BERTScorer()
+    enc = scorer.encoder
+    packed, ids = scorer.embed([cand, ref])
+    idf = None
+    if scorer.config.idf:
+        idf = scorer.idf if scorer.idf is not None else idf_table([ids[1]], enc.vocab_size)
+    weight = token_weights(packed.token_ids, enc.special_ids, idf)
+    emb, mask, w = packed.gather(torch.tensor([0, 1], device=packed.flat.device), weight)
+    lc, lr = len(ids[0]), len(ids[1])
+    c, r = emb[0:1, :lc], emb[1:2, :lr]
+    sim = cosine_matrix(c, r, normalized=True)  # [1, Lc, Lr]
+    m = greedy_match(sim)
+    p, rc, f = precision_recall_f(m.cand_sim, m.ref_sim, w[0:1, :lc], w[1:2, :lr])
+    scores = torch.stack((p, rc, f)).squeeze(1).cpu()
+    if scorer.baseline is not None:
+        scores = rescale(scores, scorer.baseline)
+    return TokenSimilarity(
+        cand_tokens=enc.tokenizer.convert_ids_to_tokens(ids[0]),
+        ref_tokens=enc.tokenizer.convert_ids_to_tokens(ids[1]),
+        sim=sim[0].cpu(),
+        cand_match=m.cand_index[0].cpu(),
+        ref_match=m.ref_index[0].cpu(),
+        cand_weight=w[0, :lc].cpu(),
+        ref_weight=w[1, :lr].cpu(),
+        scores=tuple(float(x) for x in scores),
+        idf=scorer.config.idf,
+        layer=enc.layer,
+        model=enc.name,
+    )
+
+
+def similarity_figure(data: TokenSimilarity, *, annotate: bool | None = None):
+    """Matplotlib ``Figure`` of :class:`TokenSimilarity`: heatmap rows = candidate, columns = reference tokens.
+
+    Red circles mark each candidate token's best reference token (precision), black crosses each
+    reference token's best candidate token (recall); special tokens (weight 0) are greyed and not marked. Tick
+    labels show the IDF weight when IDF is on. ``annotate``: print the similarity in each cell (default:
+    when the grid has at most 400 cells).
+    """
+    from matplotlib.figure import Figure
+
+    lc, lr = data.sim.shape
+    annotate = lc * lr <= 400 if annotate is None else annotate
+    width = min(4.0 + 0.45 * lr, 30.0)
+    height = min(3.0 + 0.4 * lc, 30.0)
+    fig = Figure(figsize=(width, height), dpi=100)
+    ax = fig.add_subplot(1, 1, 1)
+    image = ax.imshow(data.sim.numpy(), cmap="viridis", aspect="auto", interpolation="nearest")
+    fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02, label="cosine similarity")
+
+    def labels(tokens: list[str], weight: Tensor) -> list[str]:
+        if not data.idf:
+            return tokens
+        return [f"{t} ({w:.2f})" if w > 0 else t for t, w in zip(tokens, weight.tolist())]
+
+    ax.set_xticks(range(lr))
+    ax.set_xticklabels(labels(data.ref_tokens, data.ref_weight), rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(lc))
+    ax.set_yticklabels(labels(data.cand_tokens, data.cand_weight), fontsize=8)
+    for tick, w in zip(ax.get_xticklabels(), data.ref_weight.tolist()):
+        if w <= 0:
+            tick.set_color("grey")
+    for tick, w in zip(ax.get_yticklabels(), data.cand_weight.tolist()):
+        if w <= 0:
+            tick.set_color("grey")
+    rows = [i for i in range(lc) if data.cand_weight[i] > 0]
+    ax.scatter(
+        [int(data.cand_match[i]) for i in rows],
+        rows,
+        s=110,
+        facecolors="none",
+        edgecolors="red",
+        linewidths=1.5,
+        label="best reference token of a candidate token (P)",
+    )
+    cols = [j for j in range(lr) if data.ref_weight[j] > 0]
+    ax.scatter(
+        cols,
+        [int(data.ref_match[j]) for j in cols],
+        s=60,
+        marker="x",
+        color="black",
+        linewidths=1.5,
+        label="best candidate token of a reference token (R)",
+    )
+    if annotate:
+        for i in range(lc):
+            for j in range(lr):
+                value = float(data.sim[i, j])
+                ax.text(j, i - 0.28, f"{value:.2f}", ha="center", va="center", fontsize=6, color="black")
+    ax.set_xlabel("reference tokens" + (" (IDF weight)" if data.idf else ""))
+    ax.set_ylabel("candidate tokens" + (" (IDF weight)" if data.idf else ""))
+    p, r, f = data.scores
+    ax.set_title(
+        f"{data.model} layer {data.layer}{' idf' if data.idf else ''}: P={p:.3f} R={r:.3f} F={f:.3f}", fontsize=9
+    )
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), fontsize=7, ncol=1, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def plot_similarity(
+    cand: str, ref: str, path: str | os.PathLike | None = None, scorer: BERTScorer | None = None, **kwargs: object
+):
+    """Heatmap figure of ``cand`` against ``ref`` (see :func:`similarity_figure`), saved as PNG to ``path``."""
+    fig = similarity_figure(token_similarity(cand, ref, scorer), **kwargs)
+    if path is not None:
+        fig.savefig(Path(path), format="png")
+    return fig
