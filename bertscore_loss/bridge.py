@@ -96,9 +96,7 @@ def _piece_table(pieces: list[list[int]], max_pieces: int) -> tuple[Tensor, Tens
 
 def _word_start_marker(tokens: list[str | None]) -> str | None:
     sample = [t for t in tokens[:5000] if t]
-    counts = {
-        m: sum(t.startswith(m) for t in sample) for m in (_BYTE_LEVEL_SPACE, _SENTENCEPIECE_SPACE, "##")
-    }
+    counts = {m: sum(t.startswith(m) for t in sample) for m in (_BYTE_LEVEL_SPACE, _SENTENCEPIECE_SPACE, "##")}
     best = max(counts, key=counts.get)
     return best if counts[best] > 0 else None
 
