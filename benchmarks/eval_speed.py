@@ -46,11 +46,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--idf", action="store_true", help="IDF weighting (over the references)")
     ap.add_argument("--repeats", type=int, default=1, help="timed runs per system; the best is kept (default: 1)")
     ap.add_argument("--batch-size", type=int, default=64, help="bert-score batch size (default: %(default)s)")
+    ap.add_argument(
+        "--dtypes", default="float32,bfloat16", help="our dtypes to time, comma-separated (default: %(default)s)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    if not args.dtypes or any(d not in ("float32", "bfloat16", "float16") for d in args.dtypes):
+        ap.error("--dtypes takes float32, bfloat16 and/or float16")
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be at least 1")
     return args
@@ -82,15 +88,15 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def best_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """One untimed warm-up call, then ``repeats`` timed calls; (best seconds, result of the last call)."""
+def best_time(fn: Callable[[], Any], repeats: int) -> tuple[tuple[float, list[float]], Any]:
+    """One untimed warm-up call, then ``repeats`` timed calls; ((best seconds, all), result of the last call)."""
     out = fn()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         out = fn()
         times.append(time.perf_counter() - t0)
-    return min(times), out
+    return (min(times), times), out
 
 
 def quiet() -> None:
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
+        "loadavg_start": os.getloadavg(),
     }
     print(
         f"torch {env['torch']} | transformers {env['transformers']} | bert-score {env['bert_score']} | "
@@ -143,44 +150,76 @@ def main(argv: list[str] | None = None) -> int:
     print(flush=True)
 
     rows: list[dict[str, Any]] = []
+    config = {
+        "pairs": n,
+        "model": path,
+        "layer": layer,
+        "idf": idf,
+        "repeats": k,
+        "batch_size": bs,
+        "dtypes": args.dtypes,
+        "data": str(args.data),
+        "limit": args.limit,
+    }
+    ref_prf: tuple[torch.Tensor, ...] = ()
+    t_bs_full = t_bs_score = float("nan")
 
     def log(msg: str) -> None:
-        print(f"  timing {msg} ...", file=sys.stderr, flush=True)
+        print(f"  {msg}", file=sys.stderr, flush=True)
+
+    def write_json(complete: bool) -> None:
+        if args.json is None:
+            return
+        env["loadavg_end"] = os.getloadavg()
+        result = {"env": env, "config": config, "complete": complete, "rows": rows}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+    def add(system: str, kind: str, timing: tuple[float, list[float]], prf: tuple[torch.Tensor, ...] | None) -> None:
+        best, times = timing
+        row = {"system": system, "kind": kind, "seconds": best, "all_seconds": times, "pairs_per_s": n / best}
+        row["speedup_vs_bs_score_only"] = t_bs_score / best
+        row["speedup_vs_bs_incl_load"] = t_bs_full / best
+        row["max_abs_diff"] = max_abs_diff(prf, ref_prf) if prf is not None and ref_prf else None
+        rows.append(row)
+        log(f"{system} ({kind}): best {best:.2f} s of {[round(t, 2) for t in times]}")
+        write_json(complete=False)
 
     # --- bert-score: score() (loads the model in each call) ----------------------------------
-    log("bert-score score()")
+    log("timing bert-score score() ...")
 
     def bs_call():
         return bert_score.score(cands, refs, model_type=path, num_layers=layer, idf=idf, device="cpu", batch_size=bs)
 
-    t_bs_full, ref_prf = best_time(bs_call, k)
-    ref_prf = tuple(x.float() for x in ref_prf)
-    rows.append({"system": "bert-score score()", "kind": "incl. load", "seconds": t_bs_full, "prf": ref_prf})
+    timing, out = best_time(bs_call, k)
+    t_bs_full, ref_prf = timing[0], tuple(x.float() for x in out)
 
     # --- bert-score: BERTScorer, load and score separately -------------------------------------
-    log("bert-score BERTScorer load")
+    log("timing bert-score BERTScorer load ...")
 
     def bs_load():
         return bert_score.BERTScorer(
             model_type=path, num_layers=layer, idf=idf, idf_sents=refs if idf else None, device="cpu", batch_size=bs
         )
 
-    t_bs_load, bs_scorer = best_time(bs_load, k)
+    bs_load_timing, bs_scorer = best_time(bs_load, k)
 
-    log("bert-score BERTScorer.score")
+    log("timing bert-score BERTScorer.score ...")
 
     def bs_score(scorer=bs_scorer):
         if idf:  # per call, as bert_score.score() and our scorer do
             scorer.compute_idf(refs)
         return scorer.score(cands, refs, batch_size=bs)
 
-    t_bs_score, bs_prf = best_time(bs_score, k)
-    rows.append({"system": "bert-score BERTScorer", "kind": "score only", "seconds": t_bs_score, "prf": bs_prf})
-    rows.append({"system": "bert-score BERTScorer", "kind": "load", "seconds": t_bs_load, "prf": None})
+    bs_score_timing, bs_prf = best_time(bs_score, k)
+    t_bs_score = bs_score_timing[0]
     del bs_scorer, bs_score
+    add("bert-score score()", "incl. load", timing, ref_prf)
+    add("bert-score BERTScorer", "score only", bs_score_timing, bs_prf)
+    add("bert-score BERTScorer", "load", bs_load_timing, None)
 
     # --- ours ------------------------------------------------------------------------------------
-    for dtype in ("float32", "bfloat16"):
+    for dtype in args.dtypes:
         name = f"ours {dtype}"
 
         def our_load(dtype=dtype):
@@ -189,26 +228,19 @@ def main(argv: list[str] | None = None) -> int:
         def our_full(dtype=dtype):
             return our_load(dtype).score(cands, refs)
 
-        log(f"{name} (incl. load)")
-        t_full, prf_full = best_time(our_full, k)
-        log(f"{name} load")
-        t_load, scorer = best_time(our_load, k)
-        log(f"{name} (score only)")
-        t_score, prf = best_time(lambda scorer=scorer: scorer.score(cands, refs), k)
+        log(f"timing {name} (incl. load) ...")
+        timing, prf = best_time(our_full, k)
+        add(name, "incl. load", timing, prf)
+        log(f"timing {name} (score only) ...")
+        scorer = our_load()
+        timing, prf = best_time(lambda scorer=scorer: scorer.score(cands, refs), k)
         del scorer
-        rows.append({"system": name, "kind": "incl. load", "seconds": t_full, "prf": prf_full})
-        rows.append({"system": name, "kind": "score only", "seconds": t_score, "prf": prf})
-        rows.append({"system": name, "kind": "load", "seconds": t_load, "prf": None})
+        add(name, "score only", timing, prf)
+        log(f"timing {name} load ...")
+        timing, _ = best_time(our_load, k)
+        add(name, "load", timing, None)
 
     # --- table ---------------------------------------------------------------------------------
-    for row in rows:
-        s = row["seconds"]
-        row["pairs_per_s"] = n / s
-        row["speedup_vs_bs_score_only"] = t_bs_score / s
-        row["speedup_vs_bs_incl_load"] = t_bs_full / s
-        prf = row.pop("prf")
-        row["max_abs_diff"] = max_abs_diff(prf, ref_prf) if prf is not None else None
-
     print(
         "| system | timed | seconds | pairs/s | speed-up vs bert-score score only | "
         "speed-up vs bert-score incl. load | max abs dF | max abs dP | max abs dR |"
@@ -228,24 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     if idf:
         print("with --idf every 'score only' time includes building the IDF table from the references.")
-
+    load = os.getloadavg()
+    print(f"load average at start {env['loadavg_start'][0]:.2f}, at end {load[0]:.2f} (1 min; {os.cpu_count()} CPUs)")
+    write_json(complete=True)
     if args.json is not None:
-        result = {
-            "env": env,
-            "config": {
-                "pairs": n,
-                "model": path,
-                "layer": layer,
-                "idf": idf,
-                "repeats": k,
-                "batch_size": bs,
-                "data": str(args.data),
-                "limit": args.limit,
-            },
-            "rows": rows,
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
         print(f"wrote {args.json}")
     return 0
 

@@ -47,6 +47,10 @@ def scorer_from_args(args: argparse.Namespace):
 
 
 def cmd_score(args: argparse.Namespace) -> int:
+    from .lightning.cli import cmd_score_distributed, is_distributed
+
+    if is_distributed(args):
+        return cmd_score_distributed(args)
     cands = read_lines(args.cands)
     ref_files = [read_lines(r) for r in args.refs]
     for path, lines in zip(args.refs, ref_files):
@@ -69,6 +73,11 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from rerank.cli import add_parser as add_rerank_parser
+
+    from .lightning.cli import add_distributed_args
+    from .quality.cli import add_baseline_parser, add_plot_parser, add_tune_layers_parser
+
     parser = argparse.ArgumentParser(prog="bertscore-loss", description="BERTScore for training and decoding")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -78,7 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("-r", "--refs", required=True, action="append", help="references file; repeat for multi-reference")
     sc.add_argument("--per-line", action="store_true", help="print P<TAB>R<TAB>F per input pair instead of means")
     add_scorer_args(sc)
+    add_distributed_args(sc)
     sc.set_defaults(func=cmd_score)
+
+    add_rerank_parser(sub)
+    add_tune_layers_parser(sub)
+    add_baseline_parser(sub)
+    add_plot_parser(sub)
     return parser
 
 

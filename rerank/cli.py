@@ -1,0 +1,137 @@
+"""Command line: ``bertscore-loss rerank ...`` (registered by :func:`add_parser`)."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from bertscore_loss.cli import add_scorer_args, read_lines, scorer_from_args
+
+
+def read_tsv(path: str) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
+    """Candidate lists from ``source_id<TAB>candidate[<TAB>model_score]`` lines.
+
+    Sources are in order of first appearance, candidates in file order; completely empty lines are
+    skipped. Returns the source ids, the candidate lists and the model scores (None without a third
+    column; either every line has one or none does).
+    """
+    order: dict[str, int] = {}
+    cands: list[list[str]] = []
+    scores: list[list[float]] = []
+    with_scores: bool | None = None
+    for no, line in enumerate(read_lines(path), start=1):
+        if not line:
+            continue
+        parts = line.split("\t")
+        if len(parts) not in (2, 3):
+            raise ValueError(
+                f"{path}:{no}: expected source_id<TAB>candidate[<TAB>model_score], got {len(parts)} field(s)"
+            )
+        if with_scores is None:
+            with_scores = len(parts) == 3
+        elif with_scores != (len(parts) == 3):
+            raise ValueError(f"{path}:{no}: either every line has a model_score column or none does")
+        sid = parts[0]
+        if sid not in order:
+            order[sid] = len(order)
+            cands.append([])
+            scores.append([])
+        cands[order[sid]].append(parts[1])
+        if with_scores:
+            try:
+                scores[order[sid]].append(float(parts[2]))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{no}: model_score {parts[2]!r} is not a number") from exc
+    return list(order), cands, (scores if with_scores else None)
+
+
+def read_systems(paths: list[str]) -> list[list[str]]:
+    """Candidate lists from system files: line i of every file belongs to source i."""
+    files = [read_lines(p) for p in paths]
+    for p, lines in zip(paths[1:], files[1:]):
+        if len(lines) != len(files[0]):
+            raise ValueError(
+                f"{paths[0]} has {len(files[0])} lines but {p} has {len(lines)}: "
+                "every system file needs one line per source"
+            )
+    return [list(c) for c in zip(*files)]
+
+
+def cmd_rerank(args: argparse.Namespace) -> int:
+    from .reranker import NBestReranker
+
+    if bool(args.refs) == bool(args.mbr):
+        raise ValueError("give -r REFS (reference-based reranking) or --mbr (minimum Bayes risk), exactly one")
+    if args.systems:
+        cands, model_scores = read_systems(args.systems), None
+    else:
+        _, cands, model_scores = read_tsv(args.tsv)
+    if (args.weight > 0 or args.expectation == "model") and model_scores is None:
+        raise ValueError("--weight needs model scores and --expectation model too: give a TSV with a third column")
+    refs = None
+    if args.refs:
+        ref_files = [read_lines(r) for r in args.refs]
+        for path, lines in zip(args.refs, ref_files):
+            if len(lines) != len(cands):
+                raise ValueError(f"there are {len(cands)} sources but {path} has {len(lines)} lines")
+        refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
+    reranker = NBestReranker(scorer=scorer_from_args(args))
+    results = reranker.rerank(
+        cands,
+        refs,
+        model_scores=model_scores,
+        weight=args.weight,
+        measure=args.measure,
+        include_self=args.include_self,
+        expectation=args.expectation,
+        temperature=args.temperature,
+    )
+    out = sys.stdout
+    for res in results:
+        value = str(res.best_index) if args.print == "index" else res.best
+        if args.with_score:
+            score = res.scores[0]
+            value += "\t" + (f"{score:.6f}" if math.isfinite(score) else str(score))
+        out.write(value + "\n")
+    return 0
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register the ``rerank`` subcommand (handler in ``func``)."""
+    p = subparsers.add_parser(
+        "rerank",
+        help="pick the best candidate per source by BERTScore against references or by MBR",
+        description=(
+            "Rerank candidate lists and print the chosen candidate per source, one line each, in source "
+            "order. Candidates come from system files (line i of every file belongs to source i) or from a "
+            "TSV of source_id<TAB>candidate[<TAB>model_score] lines (sources in order of first appearance)."
+        ),
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--systems", nargs="+", metavar="FILE", help="system output files, one line per source")
+    src.add_argument("--tsv", metavar="FILE", help="source_id<TAB>candidate[<TAB>model_score] lines")
+    p.add_argument(
+        "-r", "--refs", action="append", default=[], help="references file, one line per source; repeat for several"
+    )
+    p.add_argument("--mbr", action="store_true", help="minimum-Bayes-risk: the candidates are each other's references")
+    p.add_argument("--measure", choices=["f", "p", "r"], default="f", help="BERTScore measure (default: f)")
+    p.add_argument("--include-self", action="store_true", help="MBR: let U[i, i] count in candidate i's expectation")
+    p.add_argument(
+        "--expectation",
+        choices=["uniform", "model"],
+        default="uniform",
+        help="MBR: uniform mean, or weighted by softmax(model_score / temperature) (TSV third column)",
+    )
+    p.add_argument("--temperature", type=float, default=1.0, help="softmax temperature of --expectation model")
+    p.add_argument(
+        "--weight",
+        type=float,
+        default=0.0,
+        help="final = (1 - W) * bertscore + W * model_score (needs the TSV third column); default 0",
+    )
+    p.add_argument("--print", choices=["text", "index"], default="text", help="print the candidate or its index")
+    p.add_argument("--with-score", action="store_true", help="append <TAB>final score to each line")
+    add_scorer_args(p)
+    p.set_defaults(func=cmd_rerank)
+    return p
