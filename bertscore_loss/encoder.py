@@ -165,7 +165,7 @@ class FrozenEncoder(nn.Module):
         self.model = hf_model
         self.model.to(device=device or default_device(), dtype=resolve_dtype(dtype))
         self.model.requires_grad_(False)
-        self.model.eval()
+        self.eval()
         self.special_ids = self._framing_ids()
         self.max_length = self._max_length()
         self.cache = EmbeddingCache(0)

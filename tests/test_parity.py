@@ -121,7 +121,7 @@ def test_fixed_idf_corpus_equals_bert_score_idf_dict(minilm_encoders, pairs):
 
 
 def test_bfloat16_is_close(pairs):
-    cands, refs = pairs
+    cands, refs = pairs[0][:80], pairs[1][:80]  # bf16 is emulated (slow) on CPUs without bf16 instructions
     ours = BERTScorer(layer=4, device="cpu", dtype="bfloat16").score(cands, refs)
     theirs = oracle(cands, refs, 4)
     assert (ours[2] - theirs[2]).abs().max() < 2e-2
