@@ -52,7 +52,6 @@ def main() -> None:
     torch.manual_seed(0)
     logits = torch.randn(args.batch, args.length, vocab)
     ids = logits.argmax(-1)
-    texts = scorer.encoder.tokenizer.batch_decode(ids)
     tokens = args.batch * args.length
 
     hard = BERTScoreLoss(scorer=scorer, max_mode="hard")
@@ -70,7 +69,6 @@ def main() -> None:
 
     rows = {
         "evaluation forward (token ids, no grad)": best_time(eval_forward, args.repeats),
-        "BERTScorer.score on the decoded texts": best_time(lambda: scorer.score(texts, refs), args.repeats),
         "loss fwd+bwd, dense probs @ E": best_time(lambda: train_step(dense), args.repeats),
         f"loss fwd+bwd, top-{args.top_k}": best_time(lambda: train_step(topk), args.repeats),
     }
