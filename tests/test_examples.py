@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_finetune_example_smoke(capsys):
     spec = importlib.util.spec_from_file_location("finetune_example", ROOT / "examples" / "finetune_semantic_loss.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     results = module.main(["--set", "max_steps=2", "train_max=32", "dev_max=4", "batch_size=8"])
     assert [r["run"] for r in results] == ["CE", "CE + λ·BERTScore"]
