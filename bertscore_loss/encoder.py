@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -303,6 +303,21 @@ class FrozenEncoder(nn.Module):
         ids = [i for _, i in items]
         return PackedEmbeddings.from_list([e for e, _ in items], ids), ids, truncated
 
+    def padded_batches(
+        self, ids: Sequence[Sequence[int]], order: Sequence[int], batch_tokens: int
+    ) -> Iterator[tuple[list[int], Tensor, Tensor]]:
+        """Batches of ``ids`` in ``order`` within a padded-token budget: ``(members, ids [b, L], mask [b, L])``."""
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        for start, stop in _token_budget_batches([len(ids[i]) for i in order], batch_tokens):
+            members = list(order[start:stop])
+            width = max(len(ids[i]) for i in members)
+            batch = torch.full((len(members), width), pad_id, dtype=torch.long)
+            mask = torch.zeros((len(members), width), dtype=torch.long)
+            for row, i in enumerate(members):
+                batch[row, : len(ids[i])] = torch.as_tensor(ids[i], dtype=torch.long)
+                mask[row, : len(ids[i])] = 1
+            yield members, batch, mask
+
     # --- forward -----------------------------------------------------------------------------
     def forward(
         self,
@@ -323,25 +338,11 @@ class FrozenEncoder(nn.Module):
         Returns unit-normalised float32 embeddings packed without padding (see :class:`PackedEmbeddings`).
         """
         n = len(ids)
-        lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
-        order = torch.argsort(lengths, stable=True).tolist()
-        offsets = torch.zeros(n, dtype=torch.long)
+        order, offsets, lengths = length_order(ids)
         chunks: list[Tensor] = []
-        pos = 0
         device = self.device
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        batches = _token_budget_batches([len(ids[i]) for i in order], batch_tokens)
         bar = tqdm(total=n, desc="encoding", unit="sent", disable=not progress, leave=False)
-        for start, stop in batches:
-            members = order[start:stop]
-            width = len(ids[members[-1]])
-            batch = torch.full((len(members), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(members), width), dtype=torch.long)
-            for row, i in enumerate(members):
-                batch[row, : len(ids[i])] = torch.as_tensor(ids[i], dtype=torch.long)
-                mask[row, : len(ids[i])] = 1
-                offsets[i] = pos
-                pos += len(ids[i])
+        for members, batch, mask in self.padded_batches(ids, order, batch_tokens):
             hidden = self(batch.to(device, non_blocking=True), mask.to(device, non_blocking=True))
             chunks.append(normalize_tokens(hidden[mask.to(device).bool()]))
             bar.update(len(members))
@@ -349,6 +350,16 @@ class FrozenEncoder(nn.Module):
         flat = torch.cat(chunks) if chunks else torch.zeros((0, self.hidden_size), device=device)
         token_ids = torch.tensor([t for i in order for t in ids[i]], dtype=torch.long)
         return PackedEmbeddings(flat, offsets.to(device), lengths.to(device), token_ids.to(device))
+
+
+def length_order(ids: Sequence[Sequence[int]]) -> tuple[list[int], Tensor, Tensor]:
+    """Indices of ``ids`` by ascending length (stable), each text's row offset when packed in that
+    order ``[N]``, and the lengths ``[N]``."""
+    lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
+    order = torch.argsort(lengths, stable=True)
+    offsets = torch.zeros_like(lengths)
+    offsets[order] = torch.cumsum(lengths[order], 0) - lengths[order]
+    return order.tolist(), offsets, lengths
 
 
 def _is_byte_level(tokenizer: object) -> bool:

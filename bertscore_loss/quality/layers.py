@@ -31,9 +31,9 @@ from ..encoder import (
     FrozenEncoder,
     ModelNotFoundError,
     PackedEmbeddings,
-    _token_budget_batches,
     bundled_model_path,
     count_layers,
+    length_order,
 )
 from ..idf import idf_table, token_weights
 from ..matching import normalize
@@ -171,12 +171,8 @@ def embed_all_layers(
     ids = tok.ids
     n = len(ids)
     device = enc.device
-    lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
-    order = torch.argsort(lengths, stable=True).tolist()
-    offsets = torch.zeros(n, dtype=torch.long)
-    pad_id = enc.tokenizer.pad_token_id if enc.tokenizer.pad_token_id is not None else 0
+    order, offsets, lengths = length_order(ids)
     chunks: list[list[Tensor]] = [[] for _ in range(enc.layer + 1)]
-    pos = 0
     total = int(lengths.sum())
     logger.info(
         "encoding %d texts (%d tokens) at %d layers: %.2f GB of embeddings",
@@ -187,16 +183,7 @@ def embed_all_layers(
     )
     show = progress if progress is not None else n >= 1000
     bar = tqdm(total=n, desc="encoding (all layers)", unit="sent", disable=not show, leave=False)
-    for start, stop in _token_budget_batches([len(ids[i]) for i in order], batch_tokens):
-        members = order[start:stop]
-        width = len(ids[members[-1]])
-        batch = torch.full((len(members), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(members), width), dtype=torch.long)
-        for row, i in enumerate(members):
-            batch[row, : len(ids[i])] = torch.as_tensor(ids[i], dtype=torch.long)
-            mask[row, : len(ids[i])] = 1
-            offsets[i] = pos
-            pos += len(ids[i])
+    for members, batch, mask in enc.padded_batches(ids, order, batch_tokens):
         hidden = enc.model(
             input_ids=batch.to(device), attention_mask=mask.to(device), output_hidden_states=True
         ).hidden_states
