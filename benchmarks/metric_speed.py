@@ -45,8 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--batch-tokens",
         type=int,
-        default=8192,
-        help="our padded-token budget per encoder batch (default: %(default)s)",
+        default=None,
+        help="our padded tokens per encoder batch (default: the metric's, 1024 on CPU)",
     )
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     ap.add_argument("--skip-torchmetrics", action="store_true", help="time only ours")
@@ -134,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from bertscore_loss.lightning import BERTScoreMetric
+    from bertscore_loss.lightning.metric import CPU_BATCH_TOKENS
 
     cands, refs = load_pairs(args.data, args.limit)
     n, layer, bs, epochs = len(cands), args.layer, args.batch_size, args.epochs
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     print(" | ".join(f"{k} {v}" for k, v in env.items()))
     print(
         f"pairs: {n} | model: {path} | layer: {layer} | epochs: {epochs} | batch: {bs} pairs | "
-        f"our batch_tokens: {args.batch_tokens} | CPU"
+        f"our batch_tokens: {args.batch_tokens or CPU_BATCH_TOKENS} | CPU"
     )
     print(flush=True)
 
@@ -243,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 "layer": layer,
                 "epochs": epochs,
                 "batch_size": bs,
-                "batch_tokens": args.batch_tokens,
+                "batch_tokens": args.batch_tokens or CPU_BATCH_TOKENS,
             },
             "rows": rows,
             "cache_ratio_later_epochs": ratio,

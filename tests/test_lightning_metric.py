@@ -188,10 +188,13 @@ def test_encoder_follows_metric_device_without_moving_other_sharers(tiny_bert_di
     a = BERTScoreMetric(tiny_bert_dir, 2)
     b = BERTScoreMetric(tiny_bert_dir, 2)
     cpu_enc = a.scorer.encoder
+    assert a.scorer.config.batch_tokens == 1024  # small sub-batches on CPU: less padding
     a.to("meta")  # any second device: the registry gives `a` its own copy there
     assert a.device.type == "meta" and a.encoder_device.type == "meta"
     assert a.scorer.encoder is get_encoder(tiny_bert_dir, 2, "float32", "meta")
     assert a.scorer.encoder is not cpu_enc
+    assert a.scorer.config.batch_tokens == 8192  # the core's budget on accelerators
+    assert BERTScoreMetric(tiny_bert_dir, 2, batch_tokens=300).to("meta").scorer.config.batch_tokens == 300
     assert b.scorer.encoder is cpu_enc and cpu_enc.device.type == "cpu"  # the sharer did not move
     c = BERTScoreMetric(tiny_bert_dir, 2).to("meta")
     assert c.scorer.encoder is a.scorer.encoder  # one copy per device

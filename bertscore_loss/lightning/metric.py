@@ -26,6 +26,14 @@ logger = logging.getLogger(__name__)
 
 _MEASURES = ("precision", "recall", "f1")
 
+#: Default padded-token budget of one encoder batch on CPU. A validation batch is encoded in one call, so
+#: the budget decides how many length-sorted sub-batches it is split into: with 8192 a batch of 64 WMT16
+#: pairs is one batch padded to its longest text (2.7x the real tokens), with 1024 about 1.4x; an epoch over
+#: 512 WMT16 dev pairs at MiniLM layer 4 on one CPU thread took 24.6 s with 8192 and 13.3 s with 1024.
+CPU_BATCH_TOKENS = 1024
+#: Default on GPUs, where a larger batch pays for its padding (the core's default).
+ACCEL_BATCH_TOKENS = 8192
+
 
 def read_corpus(corpus: str | os.PathLike | Sequence[str]) -> list[str]:
     """An IDF corpus given as a list of sentences or as a UTF-8 file with one sentence per line."""
@@ -64,7 +72,9 @@ class BERTScoreMetric(Metric):
     ``idf=True`` needs ``idf_corpus`` (a list of sentences or a text file, one per line): the IDF table
     is fixed at construction and never recomputed per batch. ``rescale=True`` uses ``baseline`` (a
     ``LAYER,P,R,F`` file; None = the packaged one of the model). ``target`` may hold several references
-    per prediction (a list of str each), reduced by ``multi_ref``. ``ref_cache_bytes`` bounds a cache of
+    per prediction (a list of str each), reduced by ``multi_ref``. ``batch_tokens``: padded tokens per
+    encoder batch (None = 1024 on CPU, 8192 elsewhere: a validation batch is split into length-sorted
+    sub-batches, and on CPU less padding wins). ``ref_cache_bytes`` bounds a cache of
     reference embeddings (LRU, 0 = off): references seen in an earlier epoch are not re-encoded, so
     later epochs encode only the predictions. Predictions are never cached.
     Other keyword arguments go to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
@@ -85,7 +95,7 @@ class BERTScoreMetric(Metric):
         baseline: str | None = None,
         multi_ref: Literal["max", "best_f"] = "max",
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
-        batch_tokens: int = 8192,
+        batch_tokens: int | None = None,
         max_elements: int = 1 << 24,
         per_sample: bool = False,
         ref_cache_bytes: int = 256 << 20,
@@ -109,20 +119,24 @@ class BERTScoreMetric(Metric):
             rescale=rescale,
             baseline=baseline,
             dtype=dtype,
-            batch_tokens=batch_tokens,
+            batch_tokens=batch_tokens or CPU_BATCH_TOKENS,
             max_elements=max_elements,
             multi_ref=multi_ref,
             cache_bytes=0,  # the encoder-level cache would also keep predictions; refs use our own cache
             progress=False,
             allow_download=allow_download,
         )
+        if batch_tokens is not None and batch_tokens < 1:
+            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         self.per_sample = bool(per_sample)
         self._requested_layer = layer
+        self._batch_tokens = batch_tokens
         self._ref_cache = EmbeddingCache(int(ref_cache_bytes))
         encoder = get_encoder(model, layer, dtype, self.device, allow_download=allow_download)
         corpus = read_corpus(idf_corpus) if idf_corpus is not None else None
         # A plain attribute (BERTScorer is not an nn.Module): the encoder stays out of the module tree.
         self._scorer = BERTScorer(config, encoder=encoder, idf_corpus=corpus)
+        self._scorer.config.batch_tokens = self._budget(encoder.device)
         if self.per_sample:
             for name in _MEASURES:
                 self.add_state(name, default=[], dist_reduce_fx="cat")
@@ -142,8 +156,15 @@ class BERTScoreMetric(Metric):
             self._scorer.encoder = get_encoder(
                 c.model, self._requested_layer, c.dtype, self.device, allow_download=c.allow_download
             )
+            self._scorer.config.batch_tokens = self._budget(self.device)
             self._ref_cache.clear()  # cached rows live on the old device
         return self._scorer
+
+    def _budget(self, device: torch.device) -> int:
+        """Padded tokens per encoder batch: as given, else by device kind (see ``CPU_BATCH_TOKENS``)."""
+        if self._batch_tokens is not None:
+            return self._batch_tokens
+        return CPU_BATCH_TOKENS if device.type == "cpu" else ACCEL_BATCH_TOKENS
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Metric:
         this = super()._apply(fn, *args, **kwargs)
