@@ -19,6 +19,17 @@ def read_lines(path: str) -> list[str]:
         return fh.read().splitlines()
 
 
+def read_score_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | list[list[str]]]:
+    """Candidates of ``-c`` and references of the ``-r`` files (several files = multi-reference)."""
+    cands = read_lines(args.cands)
+    ref_files = [read_lines(r) for r in args.refs]
+    for path, lines in zip(args.refs, ref_files):
+        if len(lines) != len(cands):
+            raise ValueError(f"{args.cands} has {len(cands)} lines but {path} has {len(lines)}: the lengths must match")
+    refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
+    return cands, refs
+
+
 def add_scorer_args(p: argparse.ArgumentParser) -> None:
     """Options shared by every command that builds a scorer."""
     p.add_argument("--model", "-m", default=None, help="HF model name (local cache) or folder; default: bundled MiniLM")
@@ -51,12 +62,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
     if is_distributed(args):
         return cmd_score_distributed(args)
-    cands = read_lines(args.cands)
-    ref_files = [read_lines(r) for r in args.refs]
-    for path, lines in zip(args.refs, ref_files):
-        if len(lines) != len(cands):
-            raise ValueError(f"{args.cands} has {len(cands)} lines but {path} has {len(lines)}: the lengths must match")
-    refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
+    cands, refs = read_score_inputs(args)
     scorer = scorer_from_args(args)
     p, r, f = scorer.score(cands, refs)
     out = sys.stdout

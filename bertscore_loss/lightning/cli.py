@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import Tensor
 
-from ..cli import read_lines
+from ..cli import read_score_inputs
 
 
 def add_distributed_args(p: argparse.ArgumentParser) -> None:
@@ -85,12 +85,7 @@ def run_score(
 def cmd_score_distributed(args: argparse.Namespace) -> int:
     """The ``score`` command under DDP: same inputs and output format as ``bertscore-loss score``."""
     scorer_kwargs = scorer_kwargs_from_args(args)
-    cands = read_lines(args.cands)
-    ref_files = [read_lines(r) for r in args.refs]
-    for path, lines in zip(args.refs, ref_files):
-        if len(lines) != len(cands):
-            raise ValueError(f"{args.cands} has {len(cands)} lines but {path} has {len(lines)}: the lengths must match")
-    refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
+    cands, refs = read_score_inputs(args)
     out = _run(cands, refs, scorer_kwargs, args)
     if out is None:  # not global rank 0
         return 0
