@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import codecs
 import logging
+import re
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -11,30 +15,64 @@ from .encoder import FrozenEncoder
 
 logger = logging.getLogger(__name__)
 
+BridgeMode = Literal["mean", "retokenize"]
+
 _BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": byte-level BPE word start (GPT-2, RoBERTa, tokenizers' ByteLevel)
 _SENTENCEPIECE_SPACE = "\u2581"  # "▁": sentencepiece / Metaspace word start
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece byte-fallback tokens
+
+
+class Retokenized(NamedTuple):
+    """Encoder pieces of decoded generator rows (:meth:`VocabBridge.retokenize`).
+
+    ``piece_ids``/``mask`` ``[B, L]`` (True = a real piece, packed to the front); ``route`` ``[B, L, T]``:
+    ``1/|cover(l)|`` for the generator positions ``t`` whose characters piece ``l`` covers, else 0;
+    ``texts``: the decoded, stripped texts the pieces come from.
+    """
+
+    piece_ids: Tensor
+    mask: Tensor
+    route: Tensor
+    texts: list[str]
 
 
 class VocabBridge(nn.Module):
-    """Maps every generator token to the mean of the encoder input embeddings of its pieces.
+    """Generator tokens of another tokenizer family as encoder inputs, in one of two modes.
 
-    A generator token's text (from ``generator_tokenizer``; byte-level ``Ġ`` and sentencepiece ``▁``
-    word-start markers and WordPiece ``##`` continuations understood) is split by the encoder's
-    tokenizer; a token that starts a word is split as a word, a continuation as a word piece (``##x``
-    for WordPiece encoders, no prefix space for byte-level ones). Special and empty tokens get a zero
-    row and weight 0. The approximation: a generator token that the encoder splits into several pieces
-    becomes ONE position holding their mean embedding, so sequences, and contextual embeddings, differ
-    from exact evaluation of the decoded text when tokenisations disagree.
+    ``mode="retokenize"`` (default): the generator ids (the argmax of soft inputs) are decoded to text
+    and tokenised by the encoder's tokenizer exactly as evaluation does, so one-hot inputs reproduce
+    :meth:`BERTScorer.score` of the decoded text. Soft inputs score their argmax text; their gradient is
+    the mean bridge's, straight-through (like ``max_mode="straight_through"``): every encoder piece ``l``
+    gets ``E[piece_l] + Σ_t A[l, t] (s_t − sg(s_t))`` with ``s_t`` the mean-bridge row of position ``t``
+    and ``A[l, t] = 1/|cover(l)|`` over the generator positions whose characters the piece covers.
 
-    The first token of a text always starts a word (byte-level generators write it without ``Ġ``), so
-    it has its own table ``first_embeddings``.
+    ``mode="mean"``: fully differentiable; every generator token is ONE encoder position holding the
+    mean of the encoder input embeddings of its pieces (``Ġ``/``▁`` word-start markers and ``##``
+    continuations understood; a continuation is split by greedy WordPiece with ``##`` from its first
+    character for WordPiece encoders, without prefix space for byte-level ones). Sequences, hence
+    contextual embeddings, differ from exact evaluation where the tokenisations disagree; a token
+    without a word-start marker after punctuation is treated as a continuation (``"We`` → ``" ##we``).
+
+    Both modes build the mean tables (the retokenize gradient uses them). Special and empty generator
+    tokens get a zero row and weight 0 (mean) or are left out of the text (retokenize). The first token
+    of a text always starts a word, so the mean bridge has a table ``first_embeddings`` for it.
 
     Buffers (not saved in ``state_dict``): ``embeddings``/``first_embeddings`` ``[Vg, d]``, and the
     pieces behind them ``piece_index[_first]`` ``[Vg, k]``, ``piece_count[_first]`` ``[Vg]``.
     """
 
-    def __init__(self, generator_tokenizer: object, encoder: FrozenEncoder, max_pieces: int = 16) -> None:
+    def __init__(
+        self,
+        generator_tokenizer: object,
+        encoder: FrozenEncoder,
+        mode: BridgeMode = "retokenize",
+        *,
+        max_pieces: int = 16,
+    ) -> None:
         super().__init__()
+        if mode not in ("mean", "retokenize"):
+            raise ValueError(f"mode must be 'mean' or 'retokenize', got {mode!r}")
+        self.mode = mode
         gen = generator_tokenizer
         size = len(gen)
         tokens = gen.convert_ids_to_tokens(list(range(size)))
@@ -66,8 +104,23 @@ class VocabBridge(nn.Module):
             table = encoder.input_embeddings.float()
             self.register_buffer("embeddings", self._mean(table).to(encoder.dtype), persistent=False)
             self.register_buffer("first_embeddings", self._mean(table, True).to(encoder.dtype), persistent=False)
-        logger.info("vocabulary bridge: %d generator tokens, %d empty", size, int((self.piece_count == 0).sum()))
+        if mode == "retokenize":
+            if not getattr(encoder.tokenizer, "is_fast", False):
+                raise ValueError(
+                    "mode='retokenize' needs a fast (Rust) encoder tokenizer for character offsets; use mode='mean'"
+                )
+            self._token_bytes = _token_bytes(tokens, special, marker, gen)
+            # The encoder's tokenizer and call arguments, not the encoder (it must not become a submodule).
+            self._tokenizer = encoder.tokenizer
+            self._call_kwargs = dict(encoder._call_kwargs)
+        logger.info(
+            "vocabulary bridge (%s): %d generator tokens, %d empty", mode, size, int((self.piece_count == 0).sum())
+        )
 
+    def extra_repr(self) -> str:
+        return f"mode={self.mode!r}, generator_vocab={self.embeddings.shape[0]}"
+
+    # --- mean tables ---------------------------------------------------------------------------
     def _mean(self, table: Tensor, first: bool = False) -> Tensor:
         """Mean of ``table`` rows ``[V_enc, *feat]`` over each generator token's pieces → ``[Vg, *feat]``."""
         index = self.piece_index_first if first else self.piece_index
@@ -82,6 +135,117 @@ class VocabBridge(nn.Module):
     def weights(self, vocab_weight: Tensor, first: bool = False) -> Tensor:
         """Generator token weights ``[Vg]``: the mean encoder weight (IDF or 1, special 0) of its pieces."""
         return self._mean(vocab_weight.to(self.embeddings.device), first)
+
+    # --- retokenize ----------------------------------------------------------------------------
+    def decode(self, ids: Sequence[int]) -> tuple[str, list[tuple[int, int]]]:
+        """Text of generator ids ``[T]`` and each position's character span ``(start, end)`` in it.
+
+        Byte-level tokens are decoded through their bytes (a character split over several tokens belongs
+        to all of them; invalid bytes become U+FFFD, as ``generator.decode`` does); special tokens are
+        left out (empty span), as with ``skip_special_tokens=True, clean_up_tokenization_spaces=False``.
+        """
+        if self.mode != "retokenize":
+            raise RuntimeError("decode() needs a VocabBridge built with mode='retokenize'")
+        table = self._token_bytes
+        dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        parts: list[str] = []
+        spans: list[tuple[int, int]] = []
+        n = 0
+        for v in ids:
+            raw = table[v]
+            if not raw:
+                spans.append((n, n))
+                continue
+            out = dec.decode(raw)
+            start = n  # the pending character this token completes, or its own first one
+            n += len(out)
+            parts.append(out)
+            spans.append((start, n + (1 if dec.getstate()[0] else 0)))
+        parts.append(dec.decode(b"", final=True))
+        return "".join(parts), spans
+
+    def retokenize(self, ids: Tensor, mask: Tensor, route: bool = True) -> Retokenized:
+        """Encoder pieces of the texts of generator ids ``[B, T]`` (long) whose ``mask`` ``[B, T]`` is True.
+
+        Each row is decoded (:meth:`decode`), stripped and tokenised with the encoder's tokenizer as
+        ``FrozenEncoder.tokenize`` does (no cut here: ``BERTScoreLoss.frame`` cuts to the model's maximum
+        with a warning). A Python loop over the rows decodes and tokenises; the rest is vectorised. With
+        ``route=False`` the ``[B, L, T]`` routing matrix is left empty (``[B, L, 0]``).
+        """
+        if self.mode != "retokenize":
+            raise RuntimeError("retokenize() needs a VocabBridge built with mode='retokenize'")
+        b, t = ids.shape
+        texts, shifts, tok_start, tok_end = [], [], [], []
+        for row, keep in zip(ids.tolist(), mask.tolist()):
+            text, spans = self.decode([v for v, k in zip(row, keep) if k])
+            it = iter(spans)
+            spans = [next(it) if k else (0, 0) for k in keep]
+            stripped = text.strip()
+            texts.append(stripped)
+            shifts.append(len(text) - len(text.lstrip()))
+            tok_start.append([s for s, _ in spans])
+            tok_end.append([e for _, e in spans])
+        enc = (
+            self._tokenizer(
+                texts, add_special_tokens=False, return_offsets_mapping=True, verbose=False, **self._call_kwargs
+            )
+            if texts
+            else {"input_ids": [], "offset_mapping": []}
+        )
+        width = max([1] + [len(r) for r in enc["input_ids"]])
+        piece_ids = torch.zeros(b, width, dtype=torch.long)
+        piece_mask = torch.zeros(b, width, dtype=torch.bool)
+        offsets = torch.zeros(b, width, 2, dtype=torch.long)
+        for r, (row, offs, shift) in enumerate(zip(enc["input_ids"], enc["offset_mapping"], shifts)):
+            if row:
+                piece_ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
+                piece_mask[r, : len(row)] = True
+                offsets[r, : len(row)] = torch.tensor(offs, dtype=torch.long).view(-1, 2) + shift
+        device = ids.device
+        if route:
+            ps, pe = offsets[..., 0], torch.maximum(offsets[..., 1], offsets[..., 0] + 1)  # [B, L]
+            ts = torch.tensor(tok_start, dtype=torch.long).view(b, t)
+            te = torch.tensor(tok_end, dtype=torch.long).view(b, t)
+            cover = (ts.unsqueeze(1) < pe.unsqueeze(2)) & (te.unsqueeze(1) > ps.unsqueeze(2))  # [B, L, T]
+            cover &= (te > ts).unsqueeze(1) & piece_mask.unsqueeze(2)
+            a = cover.float()
+            a = a / a.sum(dim=2, keepdim=True).clamp_min(1.0)
+        else:
+            a = torch.zeros(b, width, 0)
+        return Retokenized(piece_ids.to(device), piece_mask.to(device), a.to(device), texts)
+
+
+def _token_bytes(tokens: list[str | None], special: set[int], marker: str | None, gen: object) -> list[bytes]:
+    """UTF-8 bytes of every generator token as it appears in decoded text (special/None: ``b""``)."""
+    out: list[bytes] = []
+    byte_map = _unicode_to_byte() if marker == _BYTE_LEVEL_SPACE else {}
+    for i, tok in enumerate(tokens):
+        if tok is None or i in special:
+            out.append(b"")
+        elif byte_map and all(c in byte_map for c in tok):
+            out.append(bytes(byte_map[c] for c in tok))
+        elif (m := _BYTE_FALLBACK.fullmatch(tok)) is not None:
+            out.append(bytes([int(m.group(1), 16)]))
+        elif marker == _SENTENCEPIECE_SPACE:
+            out.append(tok.replace(_SENTENCEPIECE_SPACE, " ").encode("utf-8"))
+        elif marker == "##":
+            out.append((tok[2:] if tok.startswith("##") else " " + tok).encode("utf-8"))
+        else:
+            out.append(gen.convert_tokens_to_string([tok]).encode("utf-8"))
+    return out
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """Inverse of GPT-2's byte → printable character map used by byte-level BPE vocabularies."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for byte in range(256):
+        if byte not in bs:
+            bs.append(byte)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): byte for byte, c in zip(bs, cs)}
 
 
 def _piece_table(pieces: list[list[int]], max_pieces: int) -> tuple[Tensor, Tensor]:
@@ -101,22 +265,81 @@ def _word_start_marker(tokens: list[str | None]) -> str | None:
     return best if counts[best] > 0 else None
 
 
+class _Continuation:
+    """Splits a continuation (text glued to the previous word) as a fast WordPiece tokenizer would.
+
+    The encoder's own normaliser and pre-tokeniser give the words; the first word, if it glues on (it
+    does when pre-tokenising ``"a" + text`` keeps it in the first word: not punctuation, no space), is
+    split by greedy longest match with the ``##`` prefix from its first character, the others as words.
+    """
+
+    def __init__(self, tokenizer: object) -> None:
+        backend = tokenizer.backend_tokenizer
+        model = backend.model
+        self.normalizer, self.pre_tokenizer = backend.normalizer, backend.pre_tokenizer
+        self.prefix = model.continuing_subword_prefix
+        self.max_chars = model.max_input_chars_per_word
+        self.vocab = tokenizer.get_vocab()
+        self.unk = self.vocab[model.unk_token]
+
+    def word(self, word: str, glued: bool) -> list[int]:
+        """Greedy longest-match WordPiece of one word (``[UNK]`` when it cannot be split)."""
+        if len(word) > self.max_chars:
+            return [self.unk]
+        out, start = [], 0
+        while start < len(word):
+            end, piece = len(word), None
+            while start < end:
+                sub = word[start:end]
+                piece = self.vocab.get(self.prefix + sub if start > 0 or glued else sub)
+                if piece is not None:
+                    break
+                end -= 1
+            if piece is None:
+                return [self.unk]
+            out.append(piece)
+            start = end
+        return out
+
+    def __call__(self, text: str) -> list[int]:
+        norm = self.normalizer.normalize_str(text) if self.normalizer is not None else text
+        if self.pre_tokenizer is None:
+            return self.word(norm, True) if norm else []
+        words = self.pre_tokenizer.pre_tokenize_str(norm)
+        head = self.pre_tokenizer.pre_tokenize_str("a" + norm)
+        glued = bool(head) and bool(words) and words[0][1][0] == 0 and head[0][1][1] > 1
+        out: list[int] = []
+        for k, (w, _) in enumerate(words):
+            out += self.word(w, glued and k == 0)
+        return out
+
+
+def _is_wordpiece(tokenizer: object) -> bool:
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    return backend is not None and type(backend.model).__name__ == "WordPiece"
+
+
 def _encoder_pieces(encoder: FrozenEncoder, texts: list[str], starts: list[bool]) -> list[list[int]]:
     """Encoder token ids of each text, split as a word start or as a continuation."""
     tok = encoder.tokenizer
     out: list[list[int]] = [[] for _ in texts]
     byte_level = bool(encoder._call_kwargs)
+    continuation = _Continuation(tok) if _is_wordpiece(tok) else None
     vocab = tok.get_vocab()
-    wordpiece = any(k.startswith("##") for k in list(vocab)[:5000]) or "##s" in vocab
+    wordpiece = continuation is not None or any(k.startswith("##") for k in list(vocab)[:5000]) or "##s" in vocab
     for start in (True, False):
         idx = [i for i, (t, s) in enumerate(zip(texts, starts)) if t and s == start]
         if not idx:
+            continue
+        if not start and continuation is not None:
+            for i in idx:
+                out[i] = [t for t in continuation(texts[i]) if t not in encoder.special_ids]
             continue
         kwargs = {"add_prefix_space": start} if byte_level else {}
         ids = tok([texts[i] for i in idx], add_special_tokens=False, **kwargs)["input_ids"]
         for i, row in zip(idx, ids):
             row = list(row)
-            # WordPiece splits punctuation off as words of their own: only letters/digits continue a word.
+            # A slow WordPiece tokenizer: only the first piece of a glued-on first word gets "##".
             if not start and wordpiece and row and texts[i][0].isalnum():
                 piece = tok.convert_ids_to_tokens(row[0])
                 cont = vocab.get("##" + piece) if not piece.startswith("##") else None

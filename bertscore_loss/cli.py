@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from itertools import zip_longest
 
 from .baseline import BaselineNotFoundError
 from .encoder import ModelNotFoundError
@@ -21,6 +23,8 @@ def read_lines(path: str) -> list[str]:
 
 def read_score_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | list[list[str]]]:
     """Candidates of ``-c`` and references of the ``-r`` files (several files = multi-reference)."""
+    if not args.cands or not args.refs:
+        raise ValueError("give -c CANDS and -r REFS (or --stream --pairs FILE)")
     cands = read_lines(args.cands)
     ref_files = [read_lines(r) for r in args.refs]
     for path, lines in zip(args.refs, ref_files):
@@ -28,6 +32,28 @@ def read_score_inputs(args: argparse.Namespace) -> tuple[list[str], list[str] | 
             raise ValueError(f"{args.cands} has {len(cands)} lines but {path} has {len(lines)}: the lengths must match")
     refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
     return cands, refs
+
+
+def iter_pairs(args: argparse.Namespace) -> Iterator[tuple[str, str | list[str]]]:
+    """Pairs read lazily line by line: from ``--pairs`` (``candidate<TAB>reference[<TAB>reference…]``)
+    or from ``-c`` and the ``-r`` files side by side (ValueError when one file ends before the others)."""
+    with ExitStack() as stack:
+        if args.pairs:
+            fh = sys.stdin if args.pairs == "-" else stack.enter_context(open(args.pairs, encoding="utf-8"))
+            for n, line in enumerate(fh, 1):
+                cand, *refs = line.rstrip("\r\n").split("\t")
+                if not refs:
+                    raise ValueError(f"{args.pairs}:{n}: no TAB: expected candidate<TAB>reference")
+                yield cand, refs[0] if len(refs) == 1 else refs
+            return
+        paths = [args.cands, *args.refs]
+        files = [sys.stdin if p == "-" else stack.enter_context(open(p, encoding="utf-8")) for p in paths]
+        for n, lines in enumerate(zip_longest(*files), 1):
+            if any(x is None for x in lines):
+                ended = [p for p, x in zip(paths, lines) if x is None]
+                raise ValueError(f"{', '.join(ended)} ended at line {n - 1} before the other input(s)")
+            cand, *refs = (x.rstrip("\r\n") for x in lines)
+            yield cand, refs[0] if len(refs) == 1 else refs
 
 
 def add_scorer_args(p: argparse.ArgumentParser) -> None:
@@ -39,7 +65,16 @@ def add_scorer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--baseline", default=None, help="baseline file in the bert-score format LAYER,P,R,F")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per encoder batch")
+    p.add_argument(
+        "--batch-tokens", type=int, default=None, help="padded tokens per encoder batch (default: 2048 CPU, 8192 GPU)"
+    )
+    p.add_argument(
+        "--long-inputs",
+        default="truncate",
+        choices=["truncate", "window"],
+        help="texts over the model's maximum length: cut them (default, as bert-score) or encode overlapping windows",
+    )
+    p.add_argument("--window-stride", type=int, default=None, help="text tokens between windows (default: half one)")
 
 
 def scorer_from_args(args: argparse.Namespace):
@@ -54,12 +89,18 @@ def scorer_from_args(args: argparse.Namespace):
         device=args.device,
         dtype=args.dtype,
         batch_tokens=args.batch_tokens,
+        long_inputs=getattr(args, "long_inputs", "truncate"),
+        window_stride=getattr(args, "window_stride", None),
     )
 
 
 def cmd_score(args: argparse.Namespace) -> int:
     from .lightning.cli import cmd_score_distributed, is_distributed
 
+    if args.stream:
+        return cmd_score_stream(args)
+    if args.pairs:
+        raise ValueError("--pairs is read with --stream; without it give -c CANDS -r REFS")
     if is_distributed(args):
         return cmd_score_distributed(args)
     cands, refs = read_score_inputs(args)
@@ -78,6 +119,27 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_score_stream(args: argparse.Namespace) -> int:
+    """``score --stream``: P<TAB>R<TAB>F per pair on stdout as each chunk is done; means and signature on stderr."""
+    if not args.pairs and (not args.cands or not args.refs):
+        raise ValueError("--stream needs --pairs FILE, or -c CANDS and -r REFS")
+    if args.idf:
+        raise ValueError("--stream does not take --idf: IDF over each chunk's references would depend on the chunking")
+    scorer = scorer_from_args(args)
+    total = [0.0, 0.0, 0.0]
+    n = 0
+    for chunk in scorer.score_stream(iter_pairs(args), chunk_size=args.chunk_size):
+        lines = zip(chunk.precision.tolist(), chunk.recall.tolist(), chunk.f1.tolist())
+        sys.stdout.write("".join(f"{a:.6f}\t{b:.6f}\t{c:.6f}\n" for a, b, c in lines))
+        sys.stdout.flush()
+        for k, x in enumerate(chunk[:3]):
+            total[k] += float(x.double().sum())
+        n += len(chunk.f1)
+    means = "  ".join(f"{m}: {t / max(n, 1):.6f}" for m, t in zip("PRF", total))
+    print(f"{n} pairs  {means}\n{scorer.signature()}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from rerank.cli import add_parser as add_rerank_parser
 
@@ -89,9 +151,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     sc = sub.add_parser("score", help="score candidates against references (one text per line)")
-    sc.add_argument("-c", "--cands", required=True, help="candidates file, one per line")
-    sc.add_argument("-r", "--refs", required=True, action="append", help="references file; repeat for multi-reference")
+    sc.add_argument("-c", "--cands", help="candidates file, one per line")
+    sc.add_argument("-r", "--refs", action="append", help="references file; repeat for multi-reference")
     sc.add_argument("--per-line", action="store_true", help="print P<TAB>R<TAB>F per input pair instead of means")
+    sc.add_argument(
+        "--stream",
+        action="store_true",
+        help="read the inputs lazily and score them in chunks in bounded memory; prints P<TAB>R<TAB>F per pair",
+    )
+    sc.add_argument("--pairs", help="with --stream: a file of candidate<TAB>reference[<TAB>reference...] lines")
+    sc.add_argument("--chunk-size", type=int, default=4096, help="pairs per chunk with --stream")
     add_scorer_args(sc)
     add_distributed_args(sc)
     sc.set_defaults(func=cmd_score)
@@ -111,6 +180,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, FileNotFoundError, ModelNotFoundError, BaselineNotFoundError) as exc:
         print(f"bertscore-loss: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -7,7 +7,9 @@ import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
+from itertools import chain
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
@@ -55,6 +57,28 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# Padded tokens per encoder batch when none is given. On CPU small batches waste less padding and
+# stay in cache (3,360 WMT16 pairs, MiniLM layer 4: see docs/performance.md); accelerators want big ones.
+CPU_BATCH_TOKENS = 2048
+ACCEL_BATCH_TOKENS = 8192
+
+
+def default_batch_tokens(device: str | torch.device) -> int:
+    """The padded-token budget of one encoder batch on ``device`` (CPU 2048, accelerators 8192)."""
+    return CPU_BATCH_TOKENS if torch.device(device).type == "cpu" else ACCEL_BATCH_TOKENS
+
+
+@cache
+def cpu_has_native_bf16() -> bool:
+    """Whether this CPU computes bf16 matmuls natively (AMX or AVX512-BF16); else PyTorch emulates them."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            flags = set(fh.read().split())
+    except OSError:  # not Linux: trust the user
+        return True
+    return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
 def _get_attr_path(obj: object, path: str) -> object | None:
@@ -111,7 +135,9 @@ class FrozenEncoder(nn.Module):
 
     ``model``: HF hub name (looked up in the local cache only unless ``allow_download``) or a local
     folder; None = the bundled all-MiniLM-L6-v2. ``layer``: None = preset for known models, else the
-    last layer (with a warning).
+    last layer (with a warning). ``long_inputs``: texts longer than the model's maximum are cut
+    (``"truncate"``, as ``bert-score``, with a warning) or encoded in overlapping windows (``"window"``,
+    every ``window_stride`` text tokens; None = half a window).
     """
 
     def __init__(
@@ -122,9 +148,14 @@ class FrozenEncoder(nn.Module):
         device: str | torch.device | None = None,
         dtype: str | torch.dtype = "float32",
         allow_download: bool = False,
+        long_inputs: Literal["truncate", "window"] = "truncate",
+        window_stride: int | None = None,
     ) -> None:
         super().__init__()
         from transformers import AutoModel, AutoTokenizer
+
+        if long_inputs not in ("truncate", "window"):
+            raise ValueError(f"long_inputs must be 'truncate' or 'window', got {long_inputs!r}")
 
         self.is_bundled = model is None
         path = bundled_model_path() if model is None else str(model)
@@ -163,11 +194,21 @@ class FrozenEncoder(nn.Module):
         # bert-score encodes byte-level BPE text (GPT-2, RoBERTa) with a prefix space, as after a word.
         self._call_kwargs = {"add_prefix_space": True} if _is_byte_level(tokenizer) else {}
         self.model = hf_model
-        self.model.to(device=device or default_device(), dtype=resolve_dtype(dtype))
+        torch_dtype = resolve_dtype(dtype)
+        self.model.to(device=device or default_device(), dtype=torch_dtype)
+        if torch_dtype == torch.bfloat16 and self.device.type == "cpu" and not cpu_has_native_bf16():
+            warnings.warn(
+                "bfloat16 was asked on a CPU without native bf16 (no AMX / AVX512-BF16): PyTorch emulates it, "
+                "which is slower than float32 here",
+                BERTScoreWarning,
+                stacklevel=2,
+            )
         self.model.requires_grad_(False)
         self.eval()
         self.special_ids = self._framing_ids()
         self.max_length = self._max_length()
+        self.long_inputs = long_inputs
+        self.window_stride = self._check_stride(window_stride) if long_inputs == "window" else window_stride
         self.cache = EmbeddingCache(0)
 
     def enable_cache(self, max_bytes: int) -> EmbeddingCache:
@@ -237,33 +278,70 @@ class FrozenEncoder(nn.Module):
             return int(pos) if pos else 512
         return min(tok_max, int(pos)) if pos else tok_max
 
+    @property
+    def window_body(self) -> int:
+        """Text tokens per window in ``long_inputs="window"`` mode (``max_length`` minus the framing)."""
+        pre, post = self.framing
+        return self.max_length - len(pre) - len(post)
+
+    def _check_stride(self, stride: int | None) -> int:
+        body = self.window_body
+        if stride is None:
+            return max(1, body // 2)
+        if not 1 <= int(stride) <= body:
+            raise ValueError(f"window_stride must be in 1..{body} (the text tokens of one window), got {stride}")
+        return int(stride)
+
     # --- tokenisation ------------------------------------------------------------------------
+    def _encode(self, texts: list[str]) -> list[list[int]]:
+        """Ids of ``texts`` with special tokens, uncut: one batched call of the Rust tokenizer.
+
+        A fast tokenizer without call arguments is called directly (``encode_batch``, with truncation and
+        padding off for the call, then restored), which skips transformers' per-text output conversion;
+        others go through ``tokenizer(...)``. Both give the same ids (tests/test_encoder.py).
+        """
+        backend = getattr(self.tokenizer, "_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        if backend is None or self._call_kwargs or not hasattr(backend, "encode_batch"):
+            kw = self._call_kwargs
+            return self.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False, **kw)["input_ids"]
+        truncation, padding = backend.truncation, backend.padding
+        backend.no_truncation()
+        backend.no_padding()
+        try:
+            return [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
+        finally:
+            if truncation is not None:
+                backend.enable_truncation(**truncation)
+            if padding is not None:
+                backend.enable_padding(**padding)
+
     def tokenize(self, texts: Sequence[str]) -> Tokenized:
         """Token ids of each text, stripped, with the tokenizer's special tokens, cut to ``max_length``.
 
-        Same ids as ``bert-score``'s ``sent_encode``; empty text gives just the special tokens.
+        Same ids as ``bert-score``'s ``sent_encode``; empty text gives just the special tokens. With
+        ``long_inputs="window"`` long texts keep all their tokens (they are encoded in windows).
         """
         stripped = [t.strip() for t in texts]
         if not stripped:
             return Tokenized([], 0)
-        ids = self.tokenizer(stripped, add_special_tokens=True, truncation=False, verbose=False, **self._call_kwargs)[
-            "input_ids"
-        ]
-        truncated = 0
-        for i, row in enumerate(ids):
-            if len(row) > self.max_length:
-                truncated += 1
-                ids[i] = self.tokenizer(
-                    stripped[i],
-                    add_special_tokens=True,
-                    truncation=True,
-                    max_length=self.max_length,
-                    **self._call_kwargs,
-                )["input_ids"]
-        return Tokenized([list(r) for r in ids], truncated)
+        ids = self._encode(stripped)
+        if self.long_inputs == "window":
+            return Tokenized([list(r) for r in ids], 0)
+        long = [i for i, row in enumerate(ids) if len(row) > self.max_length]
+        if long:  # one batched call; cutting ids by hand would drop the closing special tokens
+            cut = self.tokenizer(
+                [stripped[i] for i in long],
+                add_special_tokens=True,
+                truncation=True,
+                max_length=self.max_length,
+                **self._call_kwargs,
+            )["input_ids"]
+            for i, row in zip(long, cut):
+                ids[i] = row
+        return Tokenized([list(r) for r in ids], len(long))
 
     def embed_texts(
-        self, texts: Sequence[str], *, batch_tokens: int = 8192, progress: bool = False
+        self, texts: Sequence[str], *, batch_tokens: int | None = None, progress: bool = False
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         """Embeddings of ``texts`` (in order), their token ids, and how many texts were truncated.
 
@@ -275,7 +353,7 @@ class FrozenEncoder(nn.Module):
         return self._embed_cached([t.strip() for t in texts], self.tokenize, batch_tokens, progress)
 
     def embed_token_ids(
-        self, ids: Sequence[Sequence[int]], *, batch_tokens: int = 8192
+        self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`tokenize` returns them)."""
         ids = [[int(t) for t in r] for r in ids]
@@ -286,7 +364,7 @@ class FrozenEncoder(nn.Module):
         return self._embed_cached(keys, lambda ks: Tokenized([by_key[k] for k in ks], 0), batch_tokens, False)
 
     def _embed_cached(
-        self, keys: list[str], tokenize: Callable[[list[str]], Tokenized], batch_tokens: int, progress: bool
+        self, keys: list[str], tokenize: Callable[[list[str]], Tokenized], batch_tokens: int | None, progress: bool
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         found = [self.cache.get(k) for k in keys]
         missing = sorted({k for k, f in zip(keys, found) if f is None})
@@ -304,19 +382,25 @@ class FrozenEncoder(nn.Module):
         return PackedEmbeddings.from_list([e for e, _ in items], ids), ids, truncated
 
     def padded_batches(
-        self, ids: Sequence[Sequence[int]], order: Sequence[int], batch_tokens: int
+        self, ids: Sequence[Sequence[int]], order: Sequence[int], batch_tokens: int | None = None
     ) -> Iterator[tuple[list[int], Tensor, Tensor]]:
-        """Batches of ``ids`` in ``order`` within a padded-token budget: ``(members, ids [b, L], mask [b, L])``."""
+        """Batches of ``ids`` in ``order`` within a padded-token budget: ``(members, ids [b, L], mask [b, L])``.
+
+        ``batch_tokens``: None = :func:`default_batch_tokens` of the encoder's device.
+        """
+        budget = batch_tokens or default_batch_tokens(self.device)
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        for start, stop in _token_budget_batches([len(ids[i]) for i in order], batch_tokens):
-            members = list(order[start:stop])
-            width = max(len(ids[i]) for i in members)
-            batch = torch.full((len(members), width), pad_id, dtype=torch.long)
-            mask = torch.zeros((len(members), width), dtype=torch.long)
-            for row, i in enumerate(members):
-                batch[row, : len(ids[i])] = torch.as_tensor(ids[i], dtype=torch.long)
-                mask[row, : len(ids[i])] = 1
-            yield members, batch, mask
+        lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
+        flat = torch.tensor(list(chain.from_iterable(ids)), dtype=torch.long)
+        offsets = torch.cumsum(lengths, 0) - lengths
+        order_t = torch.as_tensor(list(order), dtype=torch.long)
+        for start, stop in _token_budget_batches(lengths[order_t].tolist(), budget):
+            members = order_t[start:stop]
+            steps = torch.arange(int(lengths[members].max()))
+            mask = steps.unsqueeze(0) < lengths[members].unsqueeze(1)
+            rows = (offsets[members].unsqueeze(1) + steps).masked_fill(~mask, 0)
+            batch = flat[rows].masked_fill(~mask, pad_id) if flat.numel() else torch.full(mask.shape, pad_id)
+            yield members.tolist(), batch, mask.long()
 
     # --- forward -----------------------------------------------------------------------------
     def forward(
@@ -331,25 +415,83 @@ class FrozenEncoder(nn.Module):
 
     @torch.inference_mode()
     def embed_ids(
-        self, ids: Sequence[Sequence[int]], *, batch_tokens: int = 8192, progress: bool = False
+        self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None, progress: bool = False
     ) -> PackedEmbeddings:
         """Encode token-id lists once each, in length-sorted batches of at most ``batch_tokens`` padded tokens.
 
         Returns unit-normalised float32 embeddings packed without padding (see :class:`PackedEmbeddings`).
+        Lists longer than ``max_length`` are encoded in overlapping windows (``long_inputs="window"``).
         """
+        if any(len(r) > self.max_length for r in ids):
+            if self.long_inputs != "window":
+                raise ValueError(f"token lists longer than max_length={self.max_length}: tokenize() cuts them")
+            return self._embed_windowed(ids, batch_tokens, progress)
         n = len(ids)
         order, offsets, lengths = length_order(ids)
         chunks: list[Tensor] = []
         device = self.device
         bar = tqdm(total=n, desc="encoding", unit="sent", disable=not progress, leave=False)
+        pin = device.type == "cuda"  # page-locked host batches make the copies asynchronous
         for members, batch, mask in self.padded_batches(ids, order, batch_tokens):
-            hidden = self(batch.to(device, non_blocking=True), mask.to(device, non_blocking=True))
-            chunks.append(normalize_tokens(hidden[mask.to(device).bool()]))
+            if pin:
+                batch, mask = batch.pin_memory(), mask.pin_memory()
+            batch, mask = batch.to(device, non_blocking=True), mask.to(device, non_blocking=True)
+            hidden = self(batch, mask)
+            chunks.append(normalize_tokens(hidden[mask.bool()]))
             bar.update(len(members))
         bar.close()
         flat = torch.cat(chunks) if chunks else torch.zeros((0, self.hidden_size), device=device)
-        token_ids = torch.tensor([t for i in order for t in ids[i]], dtype=torch.long)
+        token_ids = torch.tensor(list(chain.from_iterable(ids[i] for i in order)), dtype=torch.long)
         return PackedEmbeddings(flat, offsets.to(device), lengths.to(device), token_ids.to(device))
+
+    def _embed_windowed(
+        self, ids: Sequence[Sequence[int]], batch_tokens: int | None, progress: bool
+    ) -> PackedEmbeddings:
+        """Texts longer than ``max_length``: text tokens in windows of :attr:`window_body` tokens every
+        :attr:`window_stride` (the last one flush with the end), each window framed with the special
+        tokens; each token keeps the embedding of the window where it has the most context on its
+        shorter side (the first such window on ties); the leading special tokens come from the first
+        window, the trailing ones from the last."""
+        pre, post = (len(x) for x in self.framing)
+        body, stride = self.window_body, self.window_stride
+        work = [list(r) for r in ids]  # a long text's slot holds its first window, further windows go last
+        plans: list[tuple[int, list[int], list[int]]] = []  # (text, window slots, window starts)
+        for i, row in enumerate(ids):
+            if len(row) <= self.max_length:
+                continue
+            text = list(row[pre : len(row) - post])
+            n = len(text)
+            starts = list(range(0, n - body, stride)) + [n - body]
+            slots = [i]
+            for k, s in enumerate(starts):
+                window = [*row[:pre], *text[s : s + body], *row[len(row) - post :]]
+                if k == 0:
+                    work[i] = window
+                else:
+                    slots.append(len(work))
+                    work.append(window)
+            plans.append((i, slots, starts))
+        packed = self.embed_ids(work, batch_tokens=batch_tokens, progress=progress)
+        lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
+        offsets = torch.cumsum(lengths, 0) - lengths
+        total = int(lengths.sum())
+        owner = torch.repeat_interleave(torch.arange(len(ids)), lengths)
+        src_off = packed.offsets.cpu()
+        rows = src_off[owner] + torch.arange(total) - offsets[owner]  # short texts: their own rows
+        for i, slots, starts in plans:
+            n = len(ids[i]) - pre - post
+            start_t = torch.tensor(starts).unsqueeze(1)
+            pos = torch.arange(n).unsqueeze(0)
+            context = torch.minimum(pos - start_t, start_t + body - 1 - pos)  # [windows, n]; < 0 outside
+            best = context.argmax(0)
+            win_off = src_off[torch.tensor(slots)]
+            text_rows = win_off[best] + pre + (pos[0] - start_t[best, 0])
+            head = win_off[0] + torch.arange(pre)
+            tail = win_off[-1] + pre + body + torch.arange(post)
+            rows[int(offsets[i]) : int(offsets[i]) + len(ids[i])] = torch.cat((head, text_rows, tail))
+        device = packed.flat.device
+        token_ids = torch.tensor(list(chain.from_iterable(ids)), dtype=torch.long, device=device)
+        return PackedEmbeddings(packed.flat[rows.to(device)], offsets.to(device), lengths.to(device), token_ids)
 
 
 def length_order(ids: Sequence[Sequence[int]]) -> tuple[list[int], Tensor, Tensor]:
@@ -429,6 +571,6 @@ class PackedEmbeddings:
         steps = torch.arange(width, device=self.flat.device)
         mask = steps.unsqueeze(0) < lengths.unsqueeze(1)
         rows = (self.offsets[index].unsqueeze(1) + steps.unsqueeze(0)).masked_fill(~mask, 0)
-        emb = self.flat[rows]
+        emb = self.flat.index_select(0, rows.reshape(-1)).view(*rows.shape, self.flat.shape[-1])  # faster than [rows]
         weight = token_weight[rows].masked_fill(~mask, 0.0) if token_weight is not None else None
         return emb, mask, weight

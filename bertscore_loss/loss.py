@@ -123,16 +123,24 @@ class BERTScoreLoss(nn.Module):
     def _tables(self, first: bool = False) -> tuple[Tensor, Tensor]:
         """Embedding table ``[V, d]`` and token weights ``[V]`` of the candidate vocabulary.
 
-        With a bridge, ``first`` gives the tables for a text's first token.
+        With a bridge these are its mean tables over the generator vocabulary (the forward of
+        ``mode="mean"``, the straight-through gradient of ``mode="retokenize"``); ``first`` gives the
+        tables for a text's first token.
         """
         if self.bridge is not None:
             table = self.bridge.first_embeddings if first else self.bridge.embeddings
             return table, self.bridge.weights(self.vocab_weight, first)
         return self.encoder.input_embeddings, self.vocab_weight
 
-    def candidate_inputs(self, candidates: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Word embeddings ``[B, T, d]`` and weights ``[B, T]`` of hard or soft candidates."""
-        table, weight = self._tables()
+    def candidate_inputs(self, candidates: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Word embeddings ``[B, L, d]``, weights ``[B, L]`` and mask ``[B, L]`` of hard or soft candidates.
+
+        ``candidates``: ids ``[B, T]`` or logits/probabilities ``[B, T, V]``, ``mask`` ``[B, T]``. Without
+        a bridge or with ``mode="mean"`` one row per position (``L = T``, the mask is ``mask``); with
+        ``mode="retokenize"`` the rows are the encoder pieces of the decoded (argmax) text, ``L`` the most
+        pieces of a row, with a straight-through mean-bridge gradient for soft inputs.
+        """
+        table, _ = self._tables()
         hard = not torch.is_floating_point(candidates)
         if hard:
             if candidates.dim() != 2:
@@ -140,14 +148,43 @@ class BERTScoreLoss(nn.Module):
             if candidates.numel() and (candidates.min() < 0 or candidates.max() >= table.shape[0]):
                 raise ValueError(f"candidate token ids must lie in [0, {table.shape[0]})")
             rows = candidates
-            emb, w = table[rows], weight[rows]
         else:
             if candidates.dim() != 3:
                 shape = tuple(candidates.shape)
                 raise ValueError(f"soft candidates must be [batch, length, vocab], got shape {shape}")
+            if candidates.shape[-1] != table.shape[0]:
+                raise ValueError(
+                    f"the candidate distribution has {candidates.shape[-1]} entries per token but the embedding "
+                    f"table has {table.shape[0]} rows: give probabilities over the encoder's vocabulary or use a "
+                    "VocabBridge"
+                )
             lc = self.loss_config
             rows = to_probs(candidates, inputs=lc.inputs, temperature=lc.logit_temperature, gumbel=lc.gumbel)
-            emb, w = expected_rows(rows, table, lc.top_k), expected_rows(rows, weight, lc.top_k)
+        if self.bridge is None or self.bridge.mode != "retokenize":
+            emb, w = self._position_rows(rows, mask, hard)
+            return emb, w, mask
+        # Retokenize: the exact pieces of the decoded text; soft inputs score their argmax text.
+        pieces = self.bridge.retokenize(rows if hard else rows.argmax(dim=-1), mask, route=not hard)
+        emb = self.encoder.input_embeddings[pieces.piece_ids]
+        w = self.vocab_weight[pieces.piece_ids] * pieces.mask
+        if not hard:
+            # Straight-through: exact value forward, the mean bridge's gradient routed to the covering positions.
+            s, u = self._position_rows(rows, mask, hard)  # [B, T, d], [B, T]
+            route = pieces.route.to(s.dtype)  # [B, L, T]
+            emb = emb.to(s.dtype) + route @ (s - s.detach())
+            w = w.to(u.dtype) + (route @ (u - u.detach()).unsqueeze(-1)).squeeze(-1)
+        return emb, w, pieces.mask
+
+    def _position_rows(self, rows: Tensor, mask: Tensor, hard: bool) -> tuple[Tensor, Tensor]:
+        """One embedding ``[B, T, d]`` and weight ``[B, T]`` per position, for ids ``[B, T]`` or probs ``[B, T, V]``."""
+        table, weight = self._tables()
+        if hard:
+            emb, w = table[rows], weight[rows]
+        else:
+            emb, w = (
+                expected_rows(rows, table, self.loss_config.top_k),
+                expected_rows(rows, weight, self.loss_config.top_k),
+            )
         if self.bridge is not None and emb.shape[1]:
             # The first real token of each text starts a word: take it from the bridge's first-token table.
             first = mask.long().argmax(dim=1, keepdim=True)  # [B, 1]
@@ -233,8 +270,8 @@ class BERTScoreLoss(nn.Module):
             shape = tuple(candidate_mask.shape)
             raise ValueError(f"candidate_mask must have shape {tuple(candidates.shape[:2])}, got {shape}")
         candidate_mask = candidate_mask.to(device).bool()
-        emb, weight = self.candidate_inputs(candidates, candidate_mask)
-        framed, cand_w, cand_mask = self.frame(emb, weight, candidate_mask)
+        emb, weight, content_mask = self.candidate_inputs(candidates, candidate_mask)
+        framed, cand_w, cand_mask = self.frame(emb, weight, content_mask)
         framed = framed.to(self.encoder.input_embeddings.dtype)
         hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
         ref_emb, ref_mask, ref_w = self.reference_inputs(references)

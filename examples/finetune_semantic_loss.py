@@ -104,6 +104,9 @@ class Paraphraser(pl.LightningModule):
             "targets": [b for _, b in batch],
         }
 
+    def on_train_start(self) -> None:
+        self.model.train()  # from_pretrained() returns eval mode (no dropout); the scoring encoder stays frozen
+
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         out = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
         loss = out.loss

@@ -200,7 +200,7 @@ class NBestReranker:
             weights,
             rows,
             cols,
-            max_elements=self.scorer.config.max_elements,
+            max_elements=self.scorer.config.max_elements or 1 << 24,  # tiles of whole sources: big chunks
             progress=self.scorer._progress(len(texts)),
         )
         k = _MEASURES[measure]

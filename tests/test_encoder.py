@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 from transformers import AutoModel
@@ -9,7 +11,7 @@ from transformers import AutoModel
 from bertscore_loss import BERTScoreWarning, FrozenEncoder, ModelNotFoundError
 from bertscore_loss.presets import BUNDLED_LAYER, default_layer
 
-from .conftest import needs_data, real_pairs
+from .conftest import LANG_PAIRS, bundled_path, needs_data, real_pairs, stsb, wmt16
 
 
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_roberta_dir", "tiny_distilbert_dir"])
@@ -68,7 +70,8 @@ def test_presets():
     assert default_layer("my-own-model") is None
 
 
-def test_bundled_default_layer_and_dtype():
+def test_bundled_default_layer_and_dtype(monkeypatch):
+    monkeypatch.setattr("bertscore_loss.encoder.cpu_has_native_bf16", lambda: True)
     enc = FrozenEncoder(device="cpu", dtype="bfloat16")
     assert enc.layer == BUNDLED_LAYER and enc.num_layers == 6
     assert enc.hidden_size == 384 and enc.model.dtype == torch.bfloat16
@@ -91,3 +94,34 @@ def test_token_ids_equal_bert_score_sent_encode(request, fixture):
     theirs = [sent_encode(tok, t) for t in texts]
     assert ours.ids == theirs
     assert ours.truncated == 1
+
+
+def test_bf16_on_a_cpu_without_native_bf16_warns(tiny_bert_dir, monkeypatch):
+    monkeypatch.setattr("bertscore_loss.encoder.cpu_has_native_bf16", lambda: False)
+    with pytest.warns(BERTScoreWarning, match="without native bf16"):
+        FrozenEncoder(tiny_bert_dir, layer=1, device="cpu", dtype="bfloat16")
+    monkeypatch.setattr("bertscore_loss.encoder.cpu_has_native_bf16", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FrozenEncoder(tiny_bert_dir, layer=1, device="cpu", dtype="bfloat16")
+        FrozenEncoder(tiny_bert_dir, layer=1, device="cpu", dtype="float32")
+
+
+@needs_data
+def test_fast_tokenizer_ids_equal_the_python_wordpiece_on_shared_data():
+    """The Rust (fast) tokenizer that batches our tokenisation gives the ids of the pure-Python WordPiece
+    (transformers' ``BertTokenizerLegacy``) on every WMT16 sentence and STS-B dev sentence."""
+    from transformers.models.bert import BertTokenizerLegacy
+
+    texts = []
+    for lp in LANG_PAIRS:
+        mt, ref, _ = wmt16(lp)
+        texts += mt + ref
+    a, b, _ = stsb("dev")
+    texts += a + b
+    assert len(texts) > 9000
+    enc = FrozenEncoder(layer=0, device="cpu")
+    slow = BertTokenizerLegacy.from_pretrained(bundled_path())
+    want = [slow.encode(t.strip(), add_special_tokens=True) for t in texts]
+    want = [w if len(w) <= 512 else [*w[:511], w[-1]] for w in want]
+    assert enc.tokenize(texts).ids == want

@@ -149,32 +149,40 @@ def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf)
 
 @needs_data
 def test_adam_on_free_logits_raises_evaluation_f(minilm_encoders):
-    """Adam on free logits alone raises the argmax-decoded evaluation F against a real STS-B reference.
+    """Adam on free logits alone, maximising F against a real STS-B reference, reaches a high
+    argmax-decoded evaluation F, and the relaxed objective it optimises agrees with the decoded score.
 
-    Known limit (see docs/loss.md): from random logits it stalls in local optima that repeat salient
-    words (about 0.4-0.7 evaluation F after 100-300 steps), short of the 0.95 the issue asks for.
+    Recipe (docs/loss.md): zero init, sharp soft max (tau 0.05), soft Gumbel whose temperature anneals
+    2 -> 0.3, F_beta with beta annealed 4 -> 1 (recall first, against repeating salient words), Adam
+    lr 0.3, eps 1e-6, 300 steps. Measured: decoded F 0.896 (seeds 0-3: 0.84-0.91). Known limit: the
+    issue's 0.95 (nearly the exact sentence) is not reached: first-order search stalls on the right
+    content words in the wrong order.
     """
     scorer = BERTScorer(encoder=minilm_encoders(4))
     reference = stsb("dev", 1)[1][0]  # "A man wearing a hard hat is dancing."
-    loss = BERTScoreLoss(scorer=scorer, max_mode="soft", temperature=0.5)
+    steps = 300
+    loss = BERTScoreLoss(scorer=scorer, max_mode="soft", temperature=0.05, beta=4.0, gumbel="soft")
     target_len = len(scorer.encoder.tokenize([reference]).ids[0]) - 2
     torch.manual_seed(0)
-    logits = torch.randn(1, target_len, scorer.encoder.vocab_size).requires_grad_(True)
+    logits = torch.zeros(1, target_len, scorer.encoder.vocab_size, requires_grad=True)
 
     def decoded_f() -> float:
         text = scorer.encoder.tokenizer.decode(logits.argmax(-1)[0])
         return scorer.score([text], [reference])[2].item()
 
     start = decoded_f()
-    opt = torch.optim.Adam([logits], lr=0.1)
-    for _ in range(100):
+    opt = torch.optim.Adam([logits], lr=0.3, eps=1e-6)
+    for step in range(steps):
+        frac = step / (steps - 1)
+        loss.loss_config.beta = 4.0 - 3.0 * frac
+        loss.loss_config.logit_temperature = 2.0 * (0.3 / 2.0) ** frac
         opt.zero_grad()
         out = loss(logits, [reference])
         out.loss.backward()
         opt.step()
-    assert out.f1.item() > 0.5  # the relaxed objective
     end = decoded_f()
-    assert end > start + 0.1, (start, end)  # measured: 0.26 -> 0.41
+    assert end >= 0.8 and end > start + 0.4, (start, end)
+    assert abs(out.f1.item() - end) < 0.06  # the relaxed F it optimised is the decoded one, no decoding gap
 
 
 def test_frozen_encoder_discipline(tiny_bert_dir):

@@ -96,7 +96,7 @@ class BERTScoreMetric(Metric):
         multi_ref: Literal["max", "best_f"] = "max",
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
         batch_tokens: int | None = None,
-        max_elements: int = 1 << 24,
+        max_elements: int | None = None,
         per_sample: bool = False,
         ref_cache_bytes: int = 256 << 20,
         allow_download: bool = False,

@@ -44,7 +44,7 @@ def baseline_from_corpus(
     seed: int = 0,
     device: str | None = None,
     dtype: str = "float32",
-    batch_tokens: int = 8192,
+    batch_tokens: int | None = None,
     max_elements: int = 1 << 24,
     progress: bool | None = None,
     encoder: FrozenEncoder | None = None,

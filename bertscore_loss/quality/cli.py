@@ -15,7 +15,7 @@ def _encoder_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", "-m", default=None, help="HF model name (local cache) or folder; default: bundled MiniLM")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 ... (default: cuda if present)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    p.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per encoder batch")
+    p.add_argument("--batch-tokens", type=int, default=None, help="padded tokens per encoder batch (default by device)")
 
 
 # --- tune-layers -------------------------------------------------------------------------------------

@@ -145,7 +145,7 @@ class LayerEmbeddings:
 
 @torch.inference_mode()
 def embed_all_layers(
-    enc: FrozenEncoder, texts: Sequence[str], *, batch_tokens: int = 8192, progress: bool | None = None
+    enc: FrozenEncoder, texts: Sequence[str], *, batch_tokens: int | None = None, progress: bool | None = None
 ) -> LayerEmbeddings:
     """Encode the distinct stripped ``texts`` once and keep every layer ``0..enc.layer``.
 
@@ -211,7 +211,7 @@ def score_all_layers(
     *,
     idf: bool = False,
     groups: Sequence[str] | None = None,
-    batch_tokens: int = 8192,
+    batch_tokens: int | None = None,
     max_elements: int = 1 << 24,
     progress: bool | None = None,
 ) -> Tensor:
@@ -379,7 +379,7 @@ def tune_layers(
     idf: bool = False,
     device: str | None = None,
     dtype: str = "float32",
-    batch_tokens: int = 8192,
+    batch_tokens: int | None = None,
     progress: bool | None = None,
     encoder: FrozenEncoder | None = None,
 ) -> tuple[LayerCorrelations, Tensor]:
