@@ -53,6 +53,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtypes", default="float32,bfloat16", help="our dtypes (default: %(default)s)")
     ap.add_argument("--batch-size", type=int, default=64, help="bert-score / torchmetrics batch size")
     ap.add_argument("--skip-torchmetrics", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the same rows on a GPU")
     ap.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the JSON and markdown files")
     args = ap.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
@@ -98,13 +99,17 @@ def floor_batches(encoder: Any, texts: list[str], budget: int) -> list[tuple[tor
 
     ids = encoder.tokenize(texts).ids
     order, _, _ = length_order(ids)
-    return [(b, m) for _, b, m in encoder.padded_batches(ids, order, budget)]
+    device = encoder.device
+    return [(b.to(device), m.to(device)) for _, b, m in encoder.padded_batches(ids, order, budget)]
 
 
 def run_floor(model: torch.nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Forward passes only (batches already on the model's device); waits for the device to finish."""
     with torch.inference_mode():
         for ids, mask in batches:
             model(input_ids=ids, attention_mask=mask)
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- bert-score -----------------------------------------------------------------------------
     log("bert-score")
-    bsc = bert_score.BERTScorer(model_type=path, num_layers=layer, device="cpu", batch_size=bs)
+    bsc = bert_score.BERTScorer(model_type=path, num_layers=layer, device=args.device, batch_size=bs)
     sec, times, out = timed(lambda s=bsc: s.score(cands, refs), lambda s=bsc: s.score(w_c, w_r), k)
     oracle = tuple(x.float() for x in out)
     add("bert-score BERTScorer.score", "float32", sec, times, out)
@@ -166,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         from torchmetrics.text import BERTScore
 
         log("torchmetrics")
-        tm = BERTScore(model_name_or_path=path, num_layers=layer, batch_size=bs, device="cpu", max_length=512)
+        tm = BERTScore(model_name_or_path=path, num_layers=layer, batch_size=bs, device=args.device, max_length=512)
 
         def tm_run(c: list[str] = cands, r: list[str] = refs) -> Any:
             tm.reset()
@@ -180,9 +185,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- ours and the floor ---------------------------------------------------------------------
     for dtype in args.dtypes:
-        enc = FrozenEncoder(layer=layer, device="cpu", dtype=dtype)
+        enc = FrozenEncoder(layer=layer, device=args.device, dtype=dtype)
         scorer = BERTScorer(encoder=enc, progress=False)
-        default = default_batch_tokens("cpu")
+        default = default_batch_tokens(args.device)
         if dtype == "float32":  # the budget sweep (ours only)
             for budget in sorted(set(args.budgets) - {default}):
                 scorer.config.batch_tokens = budget
