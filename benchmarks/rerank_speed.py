@@ -58,6 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"], help="our dtypes (default: both)")
     ap.add_argument("--mbrs-venv", type=Path, default=DEFAULT_VENV, help="venv for mbrs (default: %(default)s)")
     ap.add_argument("--no-mbrs", action="store_true", help="leave the mbrs column out")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda for ours and bert-score (mbrs: CPU)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.sources < 1:
@@ -196,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
     rows: list[dict[str, Any]] = []
     # --- bert-score: all n² pairs (MBR) and n x 1 (references) ---------------------------------
-    bs = bert_score.BERTScorer(model_type=path, num_layers=layer, device="cpu", batch_size=args.batch_size)
+    bs = bert_score.BERTScorer(model_type=path, num_layers=layer, device=args.device, batch_size=args.batch_size)
 
     def bs_mbr(sources: list[list[str]]) -> torch.Tensor:
         hyp = [c[i] for c in sources for i in range(n) for _ in range(n)]
@@ -235,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
 
     # --- ours -------------------------------------------------------------------------------------
     for dtype in args.dtypes:
-        reranker = NBestReranker(layer=layer, device="cpu", dtype=dtype, progress=False)
+        reranker = NBestReranker(layer=layer, device=args.device, dtype=dtype, progress=False)
         log(f"ours {dtype} MBR")
         t, res = best_time(lambda r=reranker: r.rerank(cands), lambda r=reranker: r.rerank(warm), k)
         rows.append({"task": "MBR", "system": f"ours {dtype}", "seconds": t, "choices": [x.best_index for x in res]})
