@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import platform
 import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
@@ -44,6 +42,8 @@ DEFAULT_DATA = HERE.parents[1] / "shared" / "data"
 DEFAULT_VENV = HERE / ".venv-mbrs"
 if str(HERE.parent) not in sys.path:  # run from a checkout: the repository's own packages first
     sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+from eval_speed import cpu_model, quiet  # noqa: E402  (one copy of the benchmarks' shared helpers)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -92,27 +92,6 @@ def best_time(fn: Callable[[], Any], warmup: Callable[[], Any], repeats: int) ->
         out = fn()
         times.append(time.perf_counter() - t0)
     return min(times), out
-
-
-def quiet() -> None:
-    warnings.filterwarnings("ignore")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    if hasattr(transformers.utils.logging, "disable_progress_bar"):
-        transformers.utils.logging.disable_progress_bar()
-    logging.getLogger("bertscore_loss").setLevel(logging.ERROR)
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def mean_off_diagonal(f: torch.Tensor, n: int) -> torch.Tensor:
