@@ -21,6 +21,7 @@ from .matching import (
     soft_max,
 )
 from .scorer import BERTScorer, ScorerConfig, Scores, reduce_references
+from .search import SearchConfig, SearchResult, coordinate_search, frequent_tokens
 
 __all__ = [
     "BERTScoreLoss",
@@ -35,11 +36,15 @@ __all__ = [
     "PackedEmbeddings",
     "Scores",
     "ScorerConfig",
+    "SearchConfig",
+    "SearchResult",
     "VocabBridge",
     "__version__",
     "bertscore",
+    "coordinate_search",
     "cosine_matrix",
     "f_score",
+    "frequent_tokens",
     "greedy_match",
     "idf_table",
     "load_baseline",

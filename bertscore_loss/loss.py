@@ -271,21 +271,36 @@ class BERTScoreLoss(nn.Module):
             raise ValueError(f"candidate_mask must have shape {tuple(candidates.shape[:2])}, got {shape}")
         candidate_mask = candidate_mask.to(device).bool()
         emb, weight, content_mask = self.candidate_inputs(candidates, candidate_mask)
-        framed, cand_w, cand_mask = self.frame(emb, weight, content_mask)
-        framed = framed.to(self.encoder.input_embeddings.dtype)
-        hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
-        ref_emb, ref_mask, ref_w = self.reference_inputs(references)
-        if not torch.is_autocast_enabled(hidden.device.type):
-            ref_emb = ref_emb.to(hidden.dtype)
-        p, r, f = bertscore(
-            hidden, ref_emb, cand_mask, ref_mask, cand_w, ref_w, mode=lc.max_mode, temperature=lc.temperature
-        )
-        if lc.beta != 1.0:
-            f = f_score(p, r, lc.beta)
-        value = {"f": f, "p": p, "r": r}[lc.measure]
+        p, r, f, value = self.score_rows(emb, weight, content_mask, references)
         loss = 1.0 - value
         if lc.reduction == "mean":
             loss = loss.mean()
         elif lc.reduction == "sum":
             loss = loss.sum()
         return LossOutput(loss, p, r, f)
+
+    def score_rows(
+        self,
+        emb: Tensor,
+        weight: Tensor,
+        mask: Tensor,
+        references: Sequence[str] | Sequence[Sequence[int]],
+        max_mode: MaxMode | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """P, R, F and the configured measure, each ``[B]``, of unframed candidate rows.
+
+        ``emb`` ``[B, T, d]`` word embeddings, ``weight``/``mask`` ``[B, T]`` (as :meth:`candidate_inputs`
+        gives); ``max_mode`` overrides the configured one (``"hard"`` = the exact evaluation value).
+        """
+        lc = self.loss_config
+        framed, cand_w, cand_mask = self.frame(emb, weight, mask)
+        framed = framed.to(self.encoder.input_embeddings.dtype)
+        hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
+        ref_emb, ref_mask, ref_w = self.reference_inputs(references)
+        if not torch.is_autocast_enabled(hidden.device.type):
+            ref_emb = ref_emb.to(hidden.dtype)
+        mode = max_mode or lc.max_mode
+        p, r, f = bertscore(hidden, ref_emb, cand_mask, ref_mask, cand_w, ref_w, mode=mode, temperature=lc.temperature)
+        if lc.beta != 1.0:
+            f = f_score(p, r, lc.beta)
+        return p, r, f, {"f": f, "p": p, "r": r}[lc.measure]

@@ -148,16 +148,19 @@ def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf)
 
 
 @needs_data
-def test_adam_on_free_logits_raises_evaluation_f(minilm_encoders):
+def test_adam_on_free_logits_then_coordinate_search_reaches_095(minilm_encoders):
     """Adam on free logits alone, maximising F against a real STS-B reference, reaches a high
-    argmax-decoded evaluation F, and the relaxed objective it optimises agrees with the decoded score.
+    argmax-decoded evaluation F; the gradient-guided coordinate search then takes it past 0.95.
 
-    Recipe (docs/loss.md): zero init, sharp soft max (tau 0.05), soft Gumbel whose temperature anneals
-    2 -> 0.3, F_beta with beta annealed 4 -> 1 (recall first, against repeating salient words), Adam
-    lr 0.3, eps 1e-6, 300 steps. Measured: decoded F 0.896 (seeds 0-3: 0.84-0.91). Known limit: the
-    issue's 0.95 (nearly the exact sentence) is not reached: first-order search stalls on the right
-    content words in the wrong order.
+    Adam recipe (docs/loss.md): zero init, sharp soft max (tau 0.05), soft Gumbel whose temperature
+    anneals 2 -> 0.3, F_beta with beta annealed 4 -> 1, Adam lr 0.3, eps 1e-6, 300 steps: decoded F
+    0.896. First-order search cannot place the function words ("a", "is", "."): their gradient rank is in
+    the thousands although swapping them in raises F, so ``coordinate_search`` adds the frequent tokens
+    of a corpus (STS-B train) to the gradient's proposals, adds transpositions and scores every move
+    exactly: 0.986 after 36 rounds (benchmarks/free_logits.py: 12/12 STS-B references reach 0.95).
     """
+    from bertscore_loss.search import SearchConfig, coordinate_search, frequent_tokens
+
     scorer = BERTScorer(encoder=minilm_encoders(4))
     reference = stsb("dev", 1)[1][0]  # "A man wearing a hard hat is dancing."
     steps = 300
@@ -166,11 +169,11 @@ def test_adam_on_free_logits_raises_evaluation_f(minilm_encoders):
     torch.manual_seed(0)
     logits = torch.zeros(1, target_len, scorer.encoder.vocab_size, requires_grad=True)
 
-    def decoded_f() -> float:
-        text = scorer.encoder.tokenizer.decode(logits.argmax(-1)[0])
+    def decoded_f(ids: torch.Tensor) -> float:
+        text = scorer.encoder.tokenizer.decode(ids[0])
         return scorer.score([text], [reference])[2].item()
 
-    start = decoded_f()
+    start = decoded_f(logits.argmax(-1))
     opt = torch.optim.Adam([logits], lr=0.3, eps=1e-6)
     for step in range(steps):
         frac = step / (steps - 1)
@@ -180,9 +183,21 @@ def test_adam_on_free_logits_raises_evaluation_f(minilm_encoders):
         out = loss(logits, [reference])
         out.loss.backward()
         opt.step()
-    end = decoded_f()
-    assert end >= 0.8 and end > start + 0.4, (start, end)
-    assert abs(out.f1.item() - end) < 0.06  # the relaxed F it optimised is the decoded one, no decoding gap
+    adam = decoded_f(logits.argmax(-1))
+    assert adam >= 0.8 and adam > start + 0.4, (start, adam)
+    assert abs(out.f1.item() - adam) < 0.06  # the relaxed F it optimised is the decoded one, no decoding gap
+
+    vocabulary = frequent_tokens(scorer.encoder, stsb("train")[0], n=200)
+    found = coordinate_search(
+        BERTScoreLoss(scorer=scorer),
+        logits.argmax(-1),
+        [reference],
+        vocabulary=vocabulary,
+        config=SearchConfig(steps=100),
+    )
+    final = decoded_f(found.ids)
+    assert final >= 0.95, (adam, final, scorer.encoder.tokenizer.decode(found.ids[0]))
+    assert found.start.item() == pytest.approx(adam, abs=1e-5) and found.value.item() == pytest.approx(final, abs=1e-5)
 
 
 def test_frozen_encoder_discipline(tiny_bert_dir):
