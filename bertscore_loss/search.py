@@ -3,11 +3,12 @@
 First-order search (Adam on logits, or ranking swaps by the gradient as HotFlip/GCG do) finds content
 words but not function words: the encoder's output for "a", "is" or "." comes mostly from context, so
 the gradient ranks the right function word thousands of places down while swapping it in raises the
-exact F. :func:`coordinate_search` therefore proposes single-token swaps from two pools, the
-gradient's top-k per position and a fixed ``vocabulary`` (typically :func:`frequent_tokens` of a
-corpus), scores every proposal exactly (hard max, the evaluation mode's value) and keeps the best one
-that improves. The gradient and the exact value both come from :class:`~bertscore_loss.BERTScoreLoss`,
-so the search uses the same matching code as evaluation.
+exact F. :func:`coordinate_search` therefore proposes substitutions from two pools, the gradient's
+top-k per position and a fixed ``vocabulary`` (typically :func:`frequent_tokens` of a corpus), and
+transpositions of two tokens (right words, wrong order), scores every proposal exactly (hard max, the
+evaluation mode's value) and keeps the best one that improves. The gradient and the exact value both
+come from :class:`~bertscore_loss.BERTScoreLoss`, so the search uses the same matching code as
+evaluation.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ logger = logging.getLogger(__name__)
 class SearchConfig:
     """Settings of :func:`coordinate_search`.
 
-    ``steps``: most rounds (one swap kept per sequence and round); ``top_k``: gradient-ranked tokens
+    ``steps``: most rounds (one move kept per sequence and round); ``top_k``: gradient-ranked tokens
     proposed per position; ``proposals``: swaps scored exactly per sequence and round (when the pool
     has at most this many swaps all are scored, so small pools give exact best-improvement search);
     ``transpositions``: also score exchanges of two tokens (up to ``proposals`` of them per round);
@@ -214,7 +215,7 @@ def _substitutions(ids: Tensor, pool: list[Tensor], mask: Tensor, n: int, gen: t
     if len(swaps) > n:
         swaps = swaps[torch.randperm(len(swaps), generator=gen)[:n].to(swaps.device)]
     cand = ids.repeat(len(swaps), 1)
-    cand[torch.arange(len(swaps)), swaps[:, 0]] = swaps[:, 1]
+    cand[torch.arange(len(swaps), device=ids.device), swaps[:, 0]] = swaps[:, 1]
     return cand
 
 
