@@ -88,9 +88,14 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def best_time(fn: Callable[[], Any], repeats: int) -> tuple[tuple[float, list[float]], Any]:
-    """One untimed warm-up call, then ``repeats`` timed calls; ((best seconds, all), result of the last call)."""
-    out = fn()
+def best_time(
+    fn: Callable[[], Any], repeats: int, warmup: Callable[[], Any] | None = None
+) -> tuple[tuple[float, list[float]], Any]:
+    """One untimed ``warmup()`` (default: ``fn()``), then ``repeats`` timed ``fn()`` calls.
+
+    Returns ((best seconds, all seconds), result of the last call). The one timer of all benchmarks.
+    """
+    out = (warmup or fn)()
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()

@@ -13,25 +13,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from bertscore_loss import BERTScorer
 from bertscore_loss.loss import BERTScoreLoss
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from eval_speed import best_time  # noqa: E402  (one timer for all benchmarks)
+
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
-def best_time(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
+def fastest(fn: Callable[[], Any], repeats: int) -> float:
+    """Best seconds of ``repeats`` timed calls after one warm-up (the shared ``eval_speed.best_time``)."""
+    return best_time(fn, repeats)[0][0]
 
 
 def main() -> None:
@@ -68,9 +68,9 @@ def main() -> None:
         module(x, refs).loss.backward()
 
     rows = {
-        "evaluation forward (token ids, no grad)": best_time(eval_forward, args.repeats),
-        "loss fwd+bwd, dense probs @ E": best_time(lambda: train_step(dense), args.repeats),
-        f"loss fwd+bwd, top-{args.top_k}": best_time(lambda: train_step(topk), args.repeats),
+        "evaluation forward (token ids, no grad)": fastest(eval_forward, args.repeats),
+        "loss fwd+bwd, dense probs @ E": fastest(lambda: train_step(dense), args.repeats),
+        f"loss fwd+bwd, top-{args.top_k}": fastest(lambda: train_step(topk), args.repeats),
     }
     base = rows["evaluation forward (token ids, no grad)"]
     print(f"batch {args.batch} x {args.length} tokens, vocab {vocab}, {scorer.signature()}")

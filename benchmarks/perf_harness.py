@@ -27,7 +27,6 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_speed import DEFAULT_DATA, LANG_PAIRS, cpu_model, quiet  # noqa: E402
+from eval_speed import DEFAULT_DATA, LANG_PAIRS, best_time, cpu_model, quiet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,16 +75,6 @@ def load(data: Path, limit: int | None) -> tuple[list[str], list[str], list[floa
         human += [float(x) for x in h]
         lp_of += [k] * len(c)
     return cands, refs, human, lp_of
-
-
-def timed(fn: Callable[[], Any], warm: Callable[[], Any], repeats: int) -> tuple[float, list[float], Any]:
-    warm()
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), times, out
 
 
 def mean_pearson(f: torch.Tensor, human: list[float], lp_of: list[int]) -> float:
@@ -161,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     # --- bert-score -----------------------------------------------------------------------------
     log("bert-score")
     bsc = bert_score.BERTScorer(model_type=path, num_layers=layer, device=args.device, batch_size=bs)
-    sec, times, out = timed(lambda s=bsc: s.score(cands, refs), lambda s=bsc: s.score(w_c, w_r), k)
+    (sec, times), out = best_time(lambda s=bsc: s.score(cands, refs), k, lambda s=bsc: s.score(w_c, w_r))
     oracle = tuple(x.float() for x in out)
     add("bert-score BERTScorer.score", "float32", sec, times, out)
     del bsc
@@ -179,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             got = tm.compute()
             return got["precision"], got["recall"], got["f1"]
 
-        sec, times, out = timed(tm_run, lambda: tm_run(w_c, w_r), k)
+        (sec, times), out = best_time(tm_run, k, lambda: tm_run(w_c, w_r))
         add("torchmetrics BERTScore", "float32", sec, times, out)
         del tm
 
@@ -192,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
             for budget in sorted(set(args.budgets) - {default}):
                 scorer.config.batch_tokens = budget
                 log(f"ours {dtype} budget {budget}")
-                sec, times, out = timed(lambda s=scorer: s.score(cands, refs), lambda s=scorer: s.score(w_c, w_r), k)
+                (sec, times), out = best_time(
+                    lambda s=scorer: s.score(cands, refs), k, lambda s=scorer: s.score(w_c, w_r)
+                )
                 add("ours BERTScorer.score", dtype, sec, times, out, batch_tokens=budget)
         # ours (default budget) and the floor at the same batching, runs interleaved so that load changes
         # on a shared machine hit both alike

@@ -29,8 +29,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -43,7 +41,7 @@ DEFAULT_VENV = HERE / ".venv-mbrs"
 if str(HERE.parent) not in sys.path:  # run from a checkout: the repository's own packages first
     sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
-from eval_speed import cpu_model, quiet  # noqa: E402  (one copy of the benchmarks' shared helpers)
+from eval_speed import best_time, cpu_model, quiet  # noqa: E402  (one copy of the benchmarks' shared helpers)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -81,17 +79,6 @@ def load_lists(data: Path, first: int, count: int) -> tuple[list[str], list[list
     stop = min(first + count, len(refs))
     cands = [[ls[i] for ls in lines] for i in range(first, stop)]
     return names, cands, refs[first:stop]
-
-
-def best_time(fn: Callable[[], Any], warmup: Callable[[], Any], repeats: int) -> tuple[float, Any]:
-    """One untimed ``warmup()``, then ``repeats`` timed ``fn()`` calls: (best seconds, result of the last)."""
-    warmup()
-    times, out = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t0)
-    return min(times), out
 
 
 def mean_off_diagonal(f: torch.Tensor, n: int) -> torch.Tensor:
@@ -189,13 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         return bs.score(hyp, ref, batch_size=args.batch_size)[2].double().view(-1, n)
 
     log("bert-score MBR (n² pairs)")
-    t, f = best_time(lambda: bs_mbr(cands), lambda: bs_mbr(warm), k)
+    (t, _), f = best_time(lambda: bs_mbr(cands), k, lambda: bs_mbr(warm))
     bs_mbr_value = mean_off_diagonal(f, n)
     bs_mbr_self_value = f.double().view(-1, n, n).mean(2)
     bs_mbr_choice = first_argmax(bs_mbr_value)
     rows.append({"task": "MBR", "system": "bert-score", "seconds": t, "choices": bs_mbr_choice})
     log("bert-score reference-based")
-    t, f = best_time(lambda: bs_ref(cands, refs), lambda: bs_ref(warm, refs[:3]), k)
+    (t, _), f = best_time(lambda: bs_ref(cands, refs), k, lambda: bs_ref(warm, refs[:3]))
     bs_ref_value = f
     bs_ref_choice = first_argmax(f)
     rows.append({"task": "reference", "system": "bert-score", "seconds": t, "choices": bs_ref_choice})
@@ -217,10 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtypes:
         reranker = NBestReranker(layer=layer, device=args.device, dtype=dtype, progress=False)
         log(f"ours {dtype} MBR")
-        t, res = best_time(lambda r=reranker: r.rerank(cands), lambda r=reranker: r.rerank(warm), k)
+        (t, _), res = best_time(lambda r=reranker: r.rerank(cands), k, lambda r=reranker: r.rerank(warm))
         rows.append({"task": "MBR", "system": f"ours {dtype}", "seconds": t, "choices": [x.best_index for x in res]})
         log(f"ours {dtype} reference-based")
-        t, res = best_time(lambda r=reranker: r.rerank(cands, refs), lambda r=reranker: r.rerank(warm, refs[:3]), k)
+        (t, _), res = best_time(
+            lambda r=reranker: r.rerank(cands, refs), k, lambda r=reranker: r.rerank(warm, refs[:3])
+        )
         rows.append(
             {"task": "reference", "system": f"ours {dtype}", "seconds": t, "choices": [x.best_index for x in res]}
         )
