@@ -1,14 +1,17 @@
 """Free-logit optimisation against real references: Adam alone, then the gradient-guided coordinate search.
 
-    python benchmarks/free_logits.py [--refs 12] [--steps 300] [--rounds 100] [--ablations]
+    python benchmarks/free_logits.py [--refs 12] [--steps 150] [--rounds 100] [--ablations]
 
 For each of the first ``--refs`` STS-B dev references (MiniLM layer 4, candidate length = the
-reference's token count), Adam optimises free logits with the recipe of docs/loss.md, then
-``coordinate_search`` refines the argmax ids (substitutions from the gradient's top-32 ∪ the 200 most
-frequent STS-B train tokens, and transpositions; 128 exact proposals of each per round, patience 15).
-Reports the argmax-decoded evaluation F after each stage, the rounds and the seconds. ``--ablations``
-also runs the search with gradient proposals only (no frequent-token pool, as HotFlip/GCG), without
-transpositions, and from a random start without Adam. Writes ``docs/free-logits.json``. One thread.
+reference's token count), ``optimise_logits`` runs Adam on free logits (defaults: 8 restarts in one
+batch starting from the STS-B train unigram prior at scales 1, 1.5, 2, 3; the best argmax ids by exact
+F every 5 steps), then ``coordinate_search`` refines those ids (defaults: substitutions from the gradient's
+top-128 ∪ the 200 most frequent STS-B train tokens, and transpositions; 512 exact proposals of each per
+round, patience 15). Reports the argmax-decoded evaluation F after each stage, the rounds and the seconds.
+``--ablations`` also runs Adam from zero logits (no prior, same restarts), Adam with the prior and a
+single restart, and the search with gradient proposals only (no frequent-token pool, as HotFlip/GCG),
+without transpositions, and from a random start without Adam. Writes ``docs/free-logits.json``. One
+thread.
 """
 
 from __future__ import annotations
@@ -25,7 +28,14 @@ import torch
 
 from bertscore_loss import BERTScorer, FrozenEncoder
 from bertscore_loss.loss import BERTScoreLoss
-from bertscore_loss.search import SearchConfig, coordinate_search, frequent_tokens
+from bertscore_loss.search import (
+    LogitConfig,
+    SearchConfig,
+    coordinate_search,
+    frequent_tokens,
+    optimise_logits,
+    token_log_prior,
+)
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 logger = logging.getLogger("free_logits")
@@ -36,27 +46,10 @@ def stsb(split: str) -> list[list[str]]:
         return list(csv.reader(fh))
 
 
-def adam_recipe(scorer: BERTScorer, reference: str, steps: int, seed: int = 0) -> torch.Tensor:
-    """Argmax ids ``[1, T]`` after Adam on free logits (the docs/loss.md recipe)."""
-    loss = BERTScoreLoss(scorer=scorer, max_mode="soft", temperature=0.05, beta=4.0, gumbel="soft")
-    length = len(scorer.encoder.tokenize([reference]).ids[0]) - 2
-    torch.manual_seed(seed)
-    logits = torch.zeros(1, length, scorer.encoder.vocab_size, requires_grad=True)
-    opt = torch.optim.Adam([logits], lr=0.3, eps=1e-6)
-    for step in range(steps):
-        frac = step / max(steps - 1, 1)
-        loss.loss_config.beta = 4.0 - 3.0 * frac
-        loss.loss_config.logit_temperature = 2.0 * (0.3 / 2.0) ** frac
-        opt.zero_grad()
-        loss(logits, [reference]).loss.backward()
-        opt.step()
-    return logits.detach().argmax(-1)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--refs", type=int, default=12)
-    ap.add_argument("--steps", type=int, default=300, help="Adam steps")
+    ap.add_argument("--steps", type=int, default=150, help="Adam steps")
     ap.add_argument("--rounds", type=int, default=100, help="coordinate-search rounds")
     ap.add_argument("--ablations", action="store_true")
     ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "free-logits.json"))
@@ -66,7 +59,10 @@ def main() -> None:
     torch.set_num_threads(1)
     scorer = BERTScorer(encoder=FrozenEncoder(layer=4, device="cpu"))
     exact = BERTScoreLoss(scorer=scorer)
-    vocabulary = frequent_tokens(scorer.encoder, [row[0] for row in stsb("train")], n=200)
+    train = [row[0] for row in stsb("train")]
+    vocabulary = frequent_tokens(scorer.encoder, train, n=200)
+    prior = token_log_prior(scorer.encoder, train)
+    adam = LogitConfig(steps=args.steps)
     config = SearchConfig(steps=args.rounds)
     decode = scorer.encoder.tokenizer.decode
 
@@ -76,7 +72,7 @@ def main() -> None:
     rows = []
     for reference in [row[1] for row in stsb("dev")[: args.refs]]:
         t0 = time.perf_counter()
-        ids = adam_recipe(scorer, reference, args.steps)
+        ids = optimise_logits(exact, [reference], prior=prior, config=adam).ids
         t1 = time.perf_counter()
         found = coordinate_search(exact, ids, [reference], vocabulary=vocabulary, config=config)
         t2 = time.perf_counter()
@@ -91,6 +87,10 @@ def main() -> None:
             "search_s": t2 - t1,
         }
         if args.ablations:
+            no_prior = optimise_logits(exact, [reference], config=adam)
+            row["adam_no_prior_f"] = f_of(no_prior.ids, reference)
+            single = optimise_logits(exact, [reference], prior=prior, config=dataclasses.replace(adam, restarts=1))
+            row["adam_one_restart_f"] = f_of(single.ids, reference)
             grad_only = coordinate_search(exact, ids, [reference], config=config)
             row["gradient_pool_only_f"] = f_of(grad_only.ids, reference)
             no_tr = dataclasses.replace(config, transpositions=False)
@@ -127,6 +127,9 @@ def main() -> None:
         "mean_search_s": mean("search_s"),
     }
     if args.ablations:
+        for key in ("adam_no_prior_f", "adam_one_restart_f"):
+            summary[f"mean_{key}"] = mean(key)
+            summary[f"{key[:-2]}_reached_095"] = sum(r[key] >= 0.95 for r in rows)
         summary["mean_gradient_pool_only_f"] = mean("gradient_pool_only_f")
         summary["mean_no_transpositions_f"] = mean("no_transpositions_f")
         summary["mean_no_adam_f"] = mean("no_adam_f")

@@ -21,7 +21,15 @@ from .matching import (
     soft_max,
 )
 from .scorer import BERTScorer, ScorerConfig, Scores, reduce_references
-from .search import SearchConfig, SearchResult, coordinate_search, frequent_tokens
+from .search import (
+    LogitConfig,
+    SearchConfig,
+    SearchResult,
+    coordinate_search,
+    frequent_tokens,
+    optimise_logits,
+    token_log_prior,
+)
 
 __all__ = [
     "BERTScoreLoss",
@@ -29,6 +37,7 @@ __all__ = [
     "BERTScorer",
     "BaselineNotFoundError",
     "FrozenEncoder",
+    "LogitConfig",
     "LossConfig",
     "LossOutput",
     "Matches",
@@ -49,11 +58,13 @@ __all__ = [
     "idf_table",
     "load_baseline",
     "matched_similarities",
+    "optimise_logits",
     "precision_recall_f",
     "read_baseline",
     "reduce_references",
     "rescale",
     "soft_max",
+    "token_log_prior",
     "token_weights",
     "write_baseline",
 ]

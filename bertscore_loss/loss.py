@@ -242,6 +242,8 @@ class BERTScoreLoss(nn.Module):
     # --- references -----------------------------------------------------------------------------
     def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
         """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
+        if len({isinstance(r, str) for r in references}) > 1:
+            raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
         if len(references) and not isinstance(references[0], str):
             with torch.no_grad():
                 packed, _, _ = self.encoder.embed_token_ids(references)

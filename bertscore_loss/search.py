@@ -1,18 +1,26 @@
-"""Discrete refinement of token sequences: gradient-guided coordinate search on the exact BERTScore.
+"""Optimising token sequences against references: Adam on free logits, and a discrete coordinate search.
 
 First-order search (Adam on logits, or ranking swaps by the gradient as HotFlip/GCG do) finds content
 words but not function words: the encoder's output for "a", "is" or "." comes mostly from context, so
-the gradient ranks the right function word thousands of places down while swapping it in raises the
-exact F. :func:`coordinate_search` therefore proposes substitutions from two pools, the gradient's
-top-k per position and a fixed ``vocabulary`` (typically :func:`frequent_tokens` of a corpus), and
-transpositions of two tokens (right words, wrong order), scores every proposal exactly (hard max, the
-evaluation mode's value) and keeps the best one that improves. The gradient and the exact value both
-come from :class:`~bertscore_loss.BERTScoreLoss`, so the search uses the same matching code as
-evaluation.
+at a point where they are absent the gradient ranks the right function word thousands of places down
+although swapping it in raises the exact F. Two remedies, usable alone or in turn:
+
+- :func:`optimise_logits` (Adam alone) starts the logits from a unigram prior of a corpus
+  (:func:`token_log_prior`), so function words carry mass from the first step and the relaxation
+  values them in context; several restarts at different prior scales run in one batch, and the argmax
+  ids are scored exactly along the way, keeping the best.
+- :func:`coordinate_search` proposes substitutions from two pools, the gradient's top-k per position
+  and a fixed ``vocabulary`` (typically :func:`frequent_tokens` of a corpus), and transpositions of two
+  tokens (right words, wrong order), scores every proposal exactly (hard max, the evaluation mode's
+  value) and keeps the best one that improves.
+
+Gradients and exact values all come from :class:`~bertscore_loss.BERTScoreLoss`, so both use the same
+matching code as evaluation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import Sequence
@@ -43,8 +51,8 @@ class SearchConfig:
     """
 
     steps: int = 100
-    top_k: int = 32
-    proposals: int = 128
+    top_k: int = 128
+    proposals: int = 512
     transpositions: bool = True
     patience: int | None = 15
     batch_size: int = 512
@@ -53,7 +61,7 @@ class SearchConfig:
 
 
 class SearchResult(NamedTuple):
-    """Refined ids ``[B, T]``, their exact measure ``[B]`` (start value in ``start``) and rounds run."""
+    """Ids ``[B, T]``, their exact measure ``[B]`` (the value at the start in ``start``) and rounds/steps run."""
 
     ids: Tensor
     value: Tensor
@@ -61,13 +69,171 @@ class SearchResult(NamedTuple):
     steps: int
 
 
+def _token_counts(encoder: FrozenEncoder, corpus: Sequence[str], what: str) -> Counter[int]:
+    if not len(corpus):
+        raise ValueError(f"{what} needs a non-empty corpus")
+    special = encoder.special_ids
+    return Counter(i for row in encoder.tokenize(list(corpus)).ids for i in row if i not in special)
+
+
 def frequent_tokens(encoder: FrozenEncoder, corpus: Sequence[str], n: int = 200) -> Tensor:
     """The ``n`` most frequent non-special encoder token ids of ``corpus`` (most frequent first) ``[n]``."""
-    if not len(corpus):
-        raise ValueError("frequent_tokens needs a non-empty corpus")
-    special = encoder.special_ids
-    counts = Counter(i for row in encoder.tokenize(list(corpus)).ids for i in row if i not in special)
+    counts = _token_counts(encoder, corpus, "frequent_tokens")
     return torch.tensor([i for i, _ in counts.most_common(n)], dtype=torch.long)
+
+
+def token_log_prior(encoder: FrozenEncoder, corpus: Sequence[str], smoothing: float = 0.1) -> Tensor:
+    """Unigram log-frequencies of ``corpus`` over the encoder vocabulary ``[V]``, the most frequent token at 0.
+
+    ``log((count + smoothing) / (total + V * smoothing))`` shifted so its maximum is 0; special tokens
+    are ``-inf``. The starting logits of :func:`optimise_logits` (scaled by its ``prior_scales``).
+    """
+    if smoothing <= 0:
+        raise ValueError(f"smoothing must be > 0, got {smoothing}")
+    counts = _token_counts(encoder, corpus, "token_log_prior")
+    freq = torch.full((encoder.vocab_size,), float(smoothing), dtype=torch.float64)
+    freq[list(counts)] += torch.tensor(list(counts.values()), dtype=torch.float64)
+    prior = (freq / freq.sum()).log()
+    prior = (prior - prior.max()).float()
+    prior[sorted(encoder.special_ids)] = float("-inf")
+    return prior
+
+
+@dataclass
+class LogitConfig:
+    """Settings of :func:`optimise_logits`.
+
+    ``steps``: Adam steps; ``restarts``: logit rows per reference, optimised in one batch (the result is
+    the best exact value over rows and checks); ``prior_scales``: restart ``r`` starts from
+    ``prior_scales[r % len(prior_scales)] * prior``; ``lr``/``eps``: Adam's; ``temperature``: τ of the
+    soft max in the relaxation; ``beta_start``: F_beta of the relaxation, annealed linearly from this
+    value to the loss's own ``beta`` (recall first; ignored for ``measure`` p or r);
+    ``gumbel_temperature``: soft Gumbel-softmax temperature, annealed geometrically from the first value
+    to the second; ``check_every``: steps between exact scorings of the argmax ids (the last step is
+    always scored); ``batch_size``: references per Adam run; ``seed``: initial noise (the global RNG is
+    left as it was); ``progress``: a bar over steps (``None``: when stderr is a terminal).
+    """
+
+    steps: int = 150
+    restarts: int = 8
+    prior_scales: tuple[float, ...] = (1.0, 1.5, 2.0, 3.0)
+    lr: float = 0.3
+    eps: float = 1e-6
+    temperature: float = 0.1
+    beta_start: float = 2.0
+    gumbel_temperature: tuple[float, float] = (2.0, 0.3)
+    check_every: int = 5
+    batch_size: int = 8
+    seed: int = 0
+    progress: bool | None = None
+
+
+def optimise_logits(
+    loss: BERTScoreLoss,
+    references: Sequence[str],
+    lengths: int | Sequence[int] | None = None,
+    *,
+    prior: Tensor | None = None,
+    config: LogitConfig | None = None,
+) -> SearchResult:
+    """Adam on free logits ``[restarts, T, V]`` per reference; the best argmax ids by exact value.
+
+    ``references``: one string (or framed encoder ids) per output row; ``lengths``: candidate tokens per
+    row (an int for all; ``None``: each reference's own token count); ``prior``: starting logits ``[V]``
+    (typically :func:`token_log_prior`; ``None``: zeros), special tokens are never chosen. The
+    relaxation is ``loss``'s encoder, IDF and measure with the soft max, soft Gumbel-softmax inputs and
+    the schedules of ``config``; every ``check_every`` steps the argmax ids of all restarts are scored
+    with the hard max (:func:`exact_values`, the evaluation mode's value of the loss's measure) and
+    the best per reference is kept. Returns ids ``[B, max(lengths)]`` (positions past a row's length
+    hold the pad id), their exact value ``[B]``, the best exact value at the start ``[B]``, and the
+    steps run. Memory: about ``4 × batch_size × restarts × T × V`` floats (logits, gradient, Adam).
+    """
+    cfg = config or LogitConfig()
+    if loss.bridge is not None:
+        raise ValueError("optimise_logits works on the encoder's vocabulary: use a BERTScoreLoss without a bridge")
+    if cfg.steps < 1 or cfg.restarts < 1 or cfg.check_every < 1 or cfg.batch_size < 1:
+        raise ValueError("steps, restarts, check_every and batch_size must be >= 1")
+    if not cfg.prior_scales or min(cfg.prior_scales) < 0 or cfg.lr <= 0 or min(cfg.gumbel_temperature) <= 0:
+        raise ValueError("prior_scales must be a non-empty tuple of values >= 0, lr and gumbel_temperature > 0")
+    enc = loss.encoder
+    vocab, device = enc.vocab_size, enc.device
+    refs = list(references)
+    if len({isinstance(r, str) for r in refs}) > 1:
+        raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
+    if lengths is None:
+        framed = enc.tokenize(refs).ids if refs and isinstance(refs[0], str) else refs
+        lengths = [len(r) - sum(len(x) for x in enc.framing) for r in framed]
+    elif isinstance(lengths, int):
+        lengths = [lengths] * len(refs)
+    lengths = list(lengths)
+    if len(lengths) != len(refs):
+        raise ValueError(f"got {len(lengths)} lengths but {len(refs)} references: the lengths must match")
+    if any(n < 1 for n in lengths):
+        raise ValueError(f"every length must be >= 1, got {min(lengths)} (an empty reference needs an explicit length)")
+    special = sorted(enc.special_ids)
+    if prior is None:
+        prior = torch.zeros(vocab)
+    elif prior.shape != (vocab,):
+        raise ValueError(f"prior must have shape [{vocab}] (the encoder vocabulary), got {tuple(prior.shape)}")
+    dtype = torch.promote_types(torch.float32, enc.input_embeddings.dtype)
+    prior = prior.detach().to(device, dtype).clone()
+    prior[special] = 0.0  # -inf is put back after scaling (0 * -inf would be nan)
+    lc = loss.loss_config
+    soft = {"max_mode": "soft", "temperature": cfg.temperature, "inputs": "logits", "gumbel": "soft"}
+    relaxed = BERTScoreLoss(scorer=loss.scorer, loss=dataclasses.replace(lc, **soft, top_k=None, reduction="sum"))
+    beta_end = lc.beta
+    g0, g1 = cfg.gumbel_temperature
+    scales = torch.tensor([cfg.prior_scales[r % len(cfg.prior_scales)] for r in range(cfg.restarts)], dtype=dtype)
+    pad = enc.tokenizer.pad_token_id if enc.tokenizer.pad_token_id is not None else 0
+    t_max = max(lengths, default=0)
+    out_ids = torch.full((len(refs), t_max), pad, dtype=torch.long, device=device)
+    out_val = torch.zeros(len(refs), device=device)
+    out_start = torch.zeros(len(refs), device=device)
+    hide = None if cfg.progress is None else not cfg.progress
+    forked = [torch.cuda.current_device() if device.index is None else device.index] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=forked):
+        torch.manual_seed(cfg.seed)
+        for lo in range(0, len(refs), cfg.batch_size):
+            part = range(lo, min(lo + cfg.batch_size, len(refs)))
+            rows = [b for b in part for _ in range(cfg.restarts)]  # row k: reference rows[k], restart k % R
+            row_refs = [refs[b] for b in rows]
+            t = max(lengths[b] for b in part)
+            mask = torch.arange(t, device=device) < torch.tensor([lengths[b] for b in rows], device=device)[:, None]
+            init = scales.to(device).repeat(len(part))[:, None, None] * prior.expand(len(rows), t, vocab)
+            init[..., special] = float("-inf")
+            logits = init.requires_grad_(True)
+            opt = torch.optim.Adam([logits], lr=cfg.lr, eps=cfg.eps)
+
+            best_ids, best_val = _argmax_values(loss, logits, row_refs, mask, pad)
+            start = best_val.clone()
+            desc = f"optimise logits {lo // cfg.batch_size + 1}/{-(-len(refs) // cfg.batch_size)}"
+            for step in tqdm(range(cfg.steps), desc=desc, disable=hide):
+                frac = step / max(cfg.steps - 1, 1)
+                relaxed.loss_config.beta = cfg.beta_start + (beta_end - cfg.beta_start) * frac
+                relaxed.loss_config.logit_temperature = g0 * (g1 / g0) ** frac
+                opt.zero_grad()
+                with torch.enable_grad():
+                    relaxed(logits, row_refs, mask).loss.backward()
+                opt.step()
+                if (step + 1) % cfg.check_every == 0 or step == cfg.steps - 1:
+                    ids, val = _argmax_values(loss, logits, row_refs, mask, pad)
+                    better = val > best_val
+                    best_ids[better], best_val[better] = ids[better], val[better]
+            per_ref = best_val.view(len(part), cfg.restarts)
+            pick = per_ref.argmax(1) + torch.arange(len(part), device=device) * cfg.restarts
+            out_ids[part.start : part.stop, :t] = best_ids[pick]
+            out_val[part.start : part.stop] = best_val[pick]
+            out_start[part.start : part.stop] = start.view(len(part), cfg.restarts).max(1).values
+    logger.info("optimise_logits: %d steps, mean exact value %.4f -> %.4f", cfg.steps, out_start.mean(), out_val.mean())
+    return SearchResult(out_ids, out_val, out_start, cfg.steps)
+
+
+def _argmax_values(
+    loss: BERTScoreLoss, logits: Tensor, references: Sequence[str], mask: Tensor, pad: int
+) -> tuple[Tensor, Tensor]:
+    """Argmax ids ``[N, T]`` of logits ``[N, T, V]`` (pad outside ``mask``) and their exact values ``[N]``."""
+    ids = logits.detach().argmax(-1).masked_fill(~mask, pad)
+    return ids, exact_values(loss, ids, references, mask)
 
 
 def _gains(loss: BERTScoreLoss, ids: Tensor, mask: Tensor, references: Sequence[str]) -> Tensor:

@@ -148,56 +148,47 @@ def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf)
 
 
 @needs_data
-def test_adam_on_free_logits_then_coordinate_search_reaches_095(minilm_encoders):
-    """Adam on free logits alone, maximising F against a real STS-B reference, reaches a high
-    argmax-decoded evaluation F; the gradient-guided coordinate search then takes it past 0.95.
+def test_adam_on_free_logits_alone_reaches_095(minilm_encoders):
+    """Adam on free logits alone, maximising F against a real STS-B reference, reaches argmax-decoded
+    evaluation F >= 0.95 in a bounded number of steps (``optimise_logits`` defaults: 150 steps, 8
+    restarts in one batch, the logits starting from the STS-B train unigram prior at scales 1-3).
 
-    Adam recipe (docs/loss.md): zero init, sharp soft max (tau 0.05), soft Gumbel whose temperature
-    anneals 2 -> 0.3, F_beta with beta annealed 4 -> 1, Adam lr 0.3, eps 1e-6, 300 steps: decoded F
-    0.896. First-order search cannot place the function words ("a", "is", "."): their gradient rank is in
-    the thousands although swapping them in raises F, so ``coordinate_search`` adds the frequent tokens
-    of a corpus (STS-B train) to the gradient's proposals, adds transpositions and scores every move
-    exactly: 0.986 after 36 rounds (benchmarks/free_logits.py: 12/12 STS-B references reach 0.95).
+    From zero logits the same Adam stays below 0.95 (the gradient misranks function words when they are
+    absent; docs/loss.md); the prior puts them in the sentence from the first step.
     """
-    from bertscore_loss.search import SearchConfig, coordinate_search, frequent_tokens
+    from bertscore_loss.search import optimise_logits, token_log_prior
 
     scorer = BERTScorer(encoder=minilm_encoders(4))
+    loss = BERTScoreLoss(scorer=scorer)
+    reference = stsb("dev", 2)[1][1]  # "A child is riding a horse." (seeds 0-3: 0.966-0.983)
+    prior = token_log_prior(scorer.encoder, stsb("train")[0])
+    found = optimise_logits(loss, [reference], prior=prior)
+    assert found.steps == 150
+    text = scorer.encoder.tokenizer.decode(found.ids[0])
+    final = scorer.score([text], [reference])[2].item()
+    assert final >= 0.95, (text, final)
+    assert found.value.item() == pytest.approx(final, abs=1e-5)
+    assert found.start.item() < 0.5  # the prior's argmax ("a a a ...") is far from the reference
+
+
+def test_coordinate_search_takes_adam_past_095(minilm_encoders):
+    """Where Adam alone stops below 0.95 (zero-init logits, one restart, on "A man wearing a hard hat is
+    dancing."), the gradient-guided coordinate search on the exact score takes it past 0.95: the
+    frequent tokens of a corpus supply the function words and transpositions fix the order."""
+    from bertscore_loss.search import LogitConfig, SearchConfig, coordinate_search, frequent_tokens, optimise_logits
+
+    scorer = BERTScorer(encoder=minilm_encoders(4))
+    loss = BERTScoreLoss(scorer=scorer)
     reference = stsb("dev", 1)[1][0]  # "A man wearing a hard hat is dancing."
-    steps = 300
-    loss = BERTScoreLoss(scorer=scorer, max_mode="soft", temperature=0.05, beta=4.0, gumbel="soft")
-    target_len = len(scorer.encoder.tokenize([reference]).ids[0]) - 2
-    torch.manual_seed(0)
-    logits = torch.zeros(1, target_len, scorer.encoder.vocab_size, requires_grad=True)
-
-    def decoded_f(ids: torch.Tensor) -> float:
-        text = scorer.encoder.tokenizer.decode(ids[0])
-        return scorer.score([text], [reference])[2].item()
-
-    start = decoded_f(logits.argmax(-1))
-    opt = torch.optim.Adam([logits], lr=0.3, eps=1e-6)
-    for step in range(steps):
-        frac = step / (steps - 1)
-        loss.loss_config.beta = 4.0 - 3.0 * frac
-        loss.loss_config.logit_temperature = 2.0 * (0.3 / 2.0) ** frac
-        opt.zero_grad()
-        out = loss(logits, [reference])
-        out.loss.backward()
-        opt.step()
-    adam = decoded_f(logits.argmax(-1))
-    assert adam >= 0.8 and adam > start + 0.4, (start, adam)
-    assert abs(out.f1.item() - adam) < 0.06  # the relaxed F it optimised is the decoded one, no decoding gap
-
+    adam = optimise_logits(loss, [reference], config=LogitConfig(restarts=1))
+    assert 0.7 < adam.value.item() < 0.95
     vocabulary = frequent_tokens(scorer.encoder, stsb("train")[0], n=200)
-    found = coordinate_search(
-        BERTScoreLoss(scorer=scorer),
-        logits.argmax(-1),
-        [reference],
-        vocabulary=vocabulary,
-        config=SearchConfig(steps=100),
-    )
-    final = decoded_f(found.ids)
-    assert final >= 0.95, (adam, final, scorer.encoder.tokenizer.decode(found.ids[0]))
-    assert found.start.item() == pytest.approx(adam, abs=1e-5) and found.value.item() == pytest.approx(final, abs=1e-5)
+    found = coordinate_search(loss, adam.ids, [reference], vocabulary=vocabulary, config=SearchConfig(steps=100))
+    text = scorer.encoder.tokenizer.decode(found.ids[0])
+    final = scorer.score([text], [reference])[2].item()
+    assert final >= 0.95, (adam.value.item(), final, text)
+    assert found.start.item() == pytest.approx(adam.value.item(), abs=1e-5)
+    assert found.value.item() == pytest.approx(final, abs=1e-5)
 
 
 def test_frozen_encoder_discipline(tiny_bert_dir):

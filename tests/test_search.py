@@ -1,13 +1,25 @@
-"""Gradient-guided coordinate search on the exact BERTScore (``bertscore_loss.search``)."""
+"""Optimising token sequences on the exact BERTScore (``bertscore_loss.search``): Adam on free logits
+and the gradient-guided coordinate search."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
 from bertscore_loss import BERTScorer, VocabBridge
 from bertscore_loss.loss import BERTScoreLoss
-from bertscore_loss.search import SearchConfig, _gains, coordinate_search, exact_values, frequent_tokens
+from bertscore_loss.search import (
+    LogitConfig,
+    SearchConfig,
+    _gains,
+    coordinate_search,
+    exact_values,
+    frequent_tokens,
+    optimise_logits,
+    token_log_prior,
+)
 
 WORDS = ["a", "cat", "sat", "dog", "runs", "the", "mat"]
 
@@ -126,3 +138,82 @@ def test_bad_input_is_named(tiny_scorer, tiny_roberta_dir):
     )
     with pytest.raises(ValueError, match="VocabBridge"):
         coordinate_search(bridged, ids, ["a"])
+
+
+def test_token_log_prior_is_the_smoothed_unigram_log_frequency(tiny_scorer):
+    enc = tiny_scorer.encoder
+    tok = enc.tokenizer
+    prior = token_log_prior(enc, ["a cat", "a dog ."], smoothing=0.1)  # a: 2, cat, dog, .: 1, total 5
+    assert prior.shape == (enc.vocab_size,)
+    a, cat, unseen = tok.convert_tokens_to_ids(["a", "cat", "mat"])
+    assert prior[a].item() == 0.0 and prior.max().item() == 0.0
+    assert prior[cat].item() == pytest.approx(math.log(1.1 / 2.1), abs=1e-6)
+    assert prior[unseen].item() == pytest.approx(math.log(0.1 / 2.1), abs=1e-6)
+    assert all(prior[i].item() == float("-inf") for i in enc.special_ids)
+    with pytest.raises(ValueError, match="smoothing"):
+        token_log_prior(enc, ["a"], smoothing=0)
+    with pytest.raises(ValueError, match="non-empty corpus"):
+        token_log_prior(enc, [])
+
+
+@pytest.mark.parametrize("idf", [False, True])
+def test_optimise_logits_returns_the_best_exact_argmax_per_reference(tiny_bert_dir, idf):
+    corpus = ["a cat sat on the mat", "the dog runs", "a dog sat"]
+    scorer = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu", idf=idf, idf_corpus=corpus if idf else None)
+    loss = BERTScoreLoss(scorer=scorer)
+    prior = token_log_prior(scorer.encoder, corpus)
+    refs = ["a cat sat on the mat", "the dog runs"]
+    cfg = LogitConfig(steps=12, restarts=3, check_every=4, prior_scales=(1.0, 2.0))
+    rng = torch.get_rng_state()
+    res = optimise_logits(loss, refs, prior=prior, config=cfg)
+    assert torch.equal(torch.get_rng_state(), rng)  # the user's RNG is left alone
+    pad = scorer.encoder.tokenizer.pad_token_id
+    assert res.ids.shape == (2, 6) and res.steps == 12
+    assert res.ids[1, 3:].tolist() == [pad] * 3  # the second reference has 3 tokens
+    assert not torch.isin(res.ids[:, :3], torch.tensor(sorted(scorer.encoder.special_ids))).any()
+    # Each row is scored against its own reference, in input order: the evaluation mode on decoded text.
+    texts = [scorer.encoder.tokenizer.decode(res.ids[0]), scorer.encoder.tokenizer.decode(res.ids[1, :3])]
+    assert torch.allclose(res.value, scorer.score(texts, refs)[2], atol=1e-5)
+    assert (res.value >= res.start).all()
+    # At the start every restart is its prior's argmax, the corpus's most frequent token at every position.
+    top = scorer.encoder.tokenizer.convert_ids_to_tokens(int(prior.argmax()))
+    first = scorer.score([" ".join([top] * 6), " ".join([top] * 3)], refs)[2]
+    assert torch.allclose(res.start, first, atol=1e-5)
+    again = optimise_logits(loss, refs, prior=prior, config=cfg)
+    assert torch.equal(again.ids, res.ids)  # seeded
+
+
+def test_optimise_logits_lengths(tiny_scorer):
+    loss = BERTScoreLoss(scorer=tiny_scorer)
+    cfg = LogitConfig(steps=2, restarts=1, check_every=1)
+    framed = tiny_scorer.encoder.tokenize(["a cat", "the dog runs"]).ids  # pre-tokenised: [CLS] ... [SEP]
+    res = optimise_logits(loss, framed, config=cfg)
+    assert res.ids.shape == (2, 3)
+    assert res.ids[0, 2].item() == tiny_scorer.encoder.tokenizer.pad_token_id
+    with pytest.raises(ValueError, match="not a mix"):
+        optimise_logits(loss, ["a cat", framed[1]], config=cfg)
+    with pytest.raises(ValueError, match="not a mix"):
+        loss(torch.tensor([[5, 6], [7, 8]]), ["a cat", framed[1]])
+    assert optimise_logits(loss, ["a cat", "the dog runs"], 4, config=cfg).ids.shape == (2, 4)
+    assert optimise_logits(loss, ["a cat", "a"], [1, 2], config=cfg).ids.shape == (2, 2)
+
+
+def test_optimise_logits_bad_input_is_named(tiny_scorer, tiny_roberta_dir):
+    loss = BERTScoreLoss(scorer=tiny_scorer)
+    with pytest.raises(ValueError, match="the lengths must match"):
+        optimise_logits(loss, ["a", "b"], [2])
+    with pytest.raises(ValueError, match="empty reference needs an explicit length"):
+        optimise_logits(loss, ["a", ""])
+    with pytest.raises(ValueError, match=r"prior must have shape \[30522\]"):
+        optimise_logits(loss, ["a"], prior=torch.zeros(5))
+    with pytest.raises(ValueError, match="steps, restarts"):
+        optimise_logits(loss, ["a"], config=LogitConfig(restarts=0))
+    with pytest.raises(ValueError, match="prior_scales"):
+        optimise_logits(loss, ["a"], config=LogitConfig(prior_scales=()))
+    from transformers import AutoTokenizer
+
+    bridged = BERTScoreLoss(
+        scorer=tiny_scorer, bridge=VocabBridge(AutoTokenizer.from_pretrained(tiny_roberta_dir), tiny_scorer.encoder)
+    )
+    with pytest.raises(ValueError, match="without a bridge"):
+        optimise_logits(bridged, ["a"])
