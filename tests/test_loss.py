@@ -171,6 +171,7 @@ def test_adam_on_free_logits_alone_reaches_095(minilm_encoders):
     assert found.start.item() < 0.5  # the prior's argmax ("a a a ...") is far from the reference
 
 
+@needs_data
 def test_coordinate_search_takes_adam_past_095(minilm_encoders):
     """Where Adam alone stops below 0.95 (zero-init logits, one restart, on "A man wearing a hard hat is
     dancing."), the gradient-guided coordinate search on the exact score takes it past 0.95: the
