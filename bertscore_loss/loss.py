@@ -54,6 +54,14 @@ class LossOutput(NamedTuple):
 _LOSS_FIELDS = {f.name for f in dataclasses.fields(LossConfig)}
 
 
+def references_are_text(references: Sequence[str] | Sequence[Sequence[int]]) -> bool:
+    """True for strings (and for an empty list), False for framed token-id sequences; a mix is an error."""
+    kinds = {isinstance(r, str) for r in references}
+    if len(kinds) > 1:
+        raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
+    return kinds != {False}
+
+
 class BERTScoreLoss(nn.Module):
     """BERTScore of generated candidates against references, differentiable in the candidates.
 
@@ -242,9 +250,7 @@ class BERTScoreLoss(nn.Module):
     # --- references -----------------------------------------------------------------------------
     def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
         """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
-        if len({isinstance(r, str) for r in references}) > 1:
-            raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
-        if len(references) and not isinstance(references[0], str):
+        if not references_are_text(references):
             with torch.no_grad():
                 packed, _, _ = self.encoder.embed_token_ids(references)
         else:

@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .encoder import FrozenEncoder
-from .loss import BERTScoreLoss
+from .loss import BERTScoreLoss, references_are_text
 
 logger = logging.getLogger(__name__)
 
@@ -158,10 +158,9 @@ def optimise_logits(
     enc = loss.encoder
     vocab, device = enc.vocab_size, enc.device
     refs = list(references)
-    if len({isinstance(r, str) for r in refs}) > 1:
-        raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
+    text = references_are_text(refs)
     if lengths is None:
-        framed = enc.tokenize(refs).ids if refs and isinstance(refs[0], str) else refs
+        framed = enc.tokenize(refs).ids if text else refs
         lengths = [len(r) - sum(len(x) for x in enc.framing) for r in framed]
     elif isinstance(lengths, int):
         lengths = [lengths] * len(refs)
