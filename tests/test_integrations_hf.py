@@ -12,9 +12,13 @@ import pytest
 import torch
 
 from bertscore_loss import BERTScoreLoss, BERTScorer
-from bertscore_loss.integrations import BERTScoreMetrics, SemanticLoss, bertscore_compute_metrics, decode_ids
-
-transformers = pytest.importorskip("transformers")
+from bertscore_loss.integrations import (
+    BERTScoreMetrics,
+    MBRConsensusReward,
+    SemanticLoss,
+    bertscore_compute_metrics,
+    decode_ids,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (ROOT / "examples" / "data" / "cands.txt").read_text(encoding="utf-8").splitlines()
@@ -107,6 +111,7 @@ def test_decode_ids_replaces_ignore_index_and_skips_special_tokens(tok):
     assert decode_ids(torch.tensor(arr), tok) == ["the cat sat", "a dog"]
 
 
+@pytest.mark.slow
 def test_seq2seq_train_evaluate_metric_reuses_reference_cache(tmp_path, tok, tiny_bert_dir, monkeypatch):
     from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
 
@@ -171,6 +176,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+MBR_PROMPTS = ["a", "a", "b", "b", "c", "c"]
+
+
 def _sharded_worker(rank: int, world_size: int, port: int, model_dir: str, out_dir: str) -> None:
     import torch.distributed as dist
     from transformers import AutoTokenizer, EvalPrediction
@@ -183,13 +191,20 @@ def _sharded_worker(rank: int, world_size: int, port: int, model_dir: str, out_d
         labels = np.array(tok(TARGETS[:7], padding="max_length", max_length=48, truncation=True)["input_ids"])
         metric = BERTScoreMetrics(tok, model=model_dir, layer=2, device="cpu")
         out = metric(EvalPrediction(preds, labels))  # every rank gets the gathered arrays, as in the Trainer
-        Path(out_dir, f"{rank}.json").write_text(json.dumps({"metrics": out, "stats": metric.stats}))
+        # TRL's MBR reward: each rank holds a slice of the batch; the group of prompt "b" straddles the ranks
+        mbr = MBRConsensusReward(metric.scorer)
+        local = slice(3 * rank, 3 * rank + 3)
+        rewards = mbr(prompts=MBR_PROMPTS[local], completions=SOURCES[:6][local])
+        result = {"metrics": out, "stats": metric.stats, "mbr": rewards}
+        Path(out_dir, f"{rank}.json").write_text(json.dumps(result))
     finally:
         dist.destroy_process_group()
 
 
-def test_sharded_evaluation_two_gloo_processes(tmp_path, tok, tiny_bert_dir):
-    """Each of 2 ranks scores its strided shard; the all-reduced means equal one process's."""
+@pytest.mark.slow
+def test_two_gloo_processes_sharded_metric_and_mbr_groups(tmp_path, tok, tiny_bert_dir):
+    """Each of 2 ranks scores its strided shard and the all-reduced means equal one process's; the MBR
+    reward (bertscore_loss.integrations.trl) gathers a group split over the ranks (one spawn for both)."""
     import torch.multiprocessing as mp
 
     mp.spawn(_sharded_worker, args=(2, _free_port(), tiny_bert_dir, str(tmp_path)), nprocs=2, join=True)
@@ -203,8 +218,11 @@ def test_sharded_evaluation_two_gloo_processes(tmp_path, tok, tiny_bert_dir):
     got = results[0]["metrics"]
     assert got["bertscore_f1"] == pytest.approx(float(f.mean()), abs=1e-6)
     assert got["bertscore_precision"] == pytest.approx(float(p.mean()), abs=1e-6)
+    one_process = MBRConsensusReward(scorer)(prompts=MBR_PROMPTS, completions=SOURCES[:6])
+    assert results[0]["mbr"] + results[1]["mbr"] == pytest.approx(one_process, abs=1e-6)
 
 
+@pytest.mark.slow
 def test_semantic_loss_decreases_and_stays_out_of_checkpoints(tmp_path, tok, tiny_bert_dir):
     from safetensors import safe_open
     from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
@@ -250,6 +268,7 @@ def test_semantic_loss_decreases_and_stays_out_of_checkpoints(tmp_path, tok, tin
     assert not any("bert" in f.name.lower() and f.suffix in (".bin", ".safetensors") for f in ckpt.rglob("*"))
 
 
+@pytest.mark.slow
 def test_semantic_loss_bridge_gradient_accumulation_and_bf16(tmp_path, tiny_roberta_dir, tiny_bert_dir):
     """A generator with another tokenizer (byte-level BPE) gets a VocabBridge; gradient accumulation splits
     give the full batch's gradient; a Trainer run with bf16 autocast and accumulation trains."""
