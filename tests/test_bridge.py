@@ -11,7 +11,7 @@ from bertscore_loss.bridge import VocabBridge, _Continuation
 from bertscore_loss.encoder import BERTScoreWarning
 from bertscore_loss.loss import BERTScoreLoss
 
-from .conftest import LANG_PAIRS, needs_data, stsb, wmt16
+from .conftest import LANG_PAIRS, fixed_corpus, wmt16
 
 KINDS = ("byte-level", "sentencepiece")
 
@@ -29,13 +29,13 @@ def _generator(kind: str, corpus: list[str], vocab: int = 8000):
 
 @pytest.fixture(scope="module")
 def corpus():
-    a, b, _ = stsb("train")
-    return a + b
+    return fixed_corpus()
 
 
 @pytest.fixture(scope="module")
 def generators(corpus):
-    """Small (8k) byte-level and sentencepiece BPE generator tokenizers trained on STS-B train."""
+    """Small (8k) byte-level and sentencepiece BPE generator tokenizers trained on the committed STS-B
+    train sample (6,000 sentences)."""
     return {kind: _generator(kind, corpus) for kind in KINDS}
 
 
@@ -54,7 +54,7 @@ def bridges(generators, minilm_encoders):
 
 @pytest.fixture(scope="module")
 def wmt_pairs():
-    """120 real WMT16 pairs (20 per language pair)."""
+    """120 real WMT16 pairs (20 per language pair, from the committed sample)."""
     cands, refs = [], []
     for lp in LANG_PAIRS:
         c, r, _ = wmt16(lp, 20)
@@ -87,7 +87,6 @@ def decoded(gen, rows: list[list[int]]) -> list[str]:
 # --- mean mode -----------------------------------------------------------------------------------
 
 
-@needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_token_mapping_by_hand(minilm_encoders, generators, bridges, kind):
     enc = minilm_encoders(4)
@@ -111,7 +110,6 @@ def test_token_mapping_by_hand(minilm_encoders, generators, bridges, kind):
     assert bridge.state_dict() == {}
 
 
-@needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_mean_continuation_is_split_by_greedy_wordpiece(minilm_encoders, generators, bridges, kind):
     """A continuation is split with ``##`` from its first character (greedy longest match), not as a
@@ -134,7 +132,7 @@ def test_mean_continuation_is_split_by_greedy_wordpiece(minilm_encoders, generat
         assert enc.tokenizer.convert_ids_to_tokens(split(text)) == expected, text
 
 
-@needs_data
+@pytest.mark.slow
 def test_mean_bridge_tracks_exact_evaluation(minilm_encoders, generators, bridges, wmt_pairs):
     """Mean mode on 120 WMT16 pairs with a small (8k) generator vocabulary; the full measurement with a
     32k vocabulary is benchmarks/bridge_agreement.py (figures in docs/loss.md)."""
@@ -147,8 +145,11 @@ def test_mean_bridge_tracks_exact_evaluation(minilm_encoders, generators, bridge
     with torch.no_grad():
         bridged = loss(x, refs, mask).f1
     pearson = np.corrcoef(exact.numpy(), bridged.numpy())[0, 1]
-    assert pearson > 0.6
-    assert (exact - bridged).abs().mean() < 0.2
+    # measured: Pearson 0.6355, mean |ΔF| 0.1673 (0.657 / 0.144 with the generator trained on all of STS-B
+    # train; 0.811 with a 32k vocabulary on 3,360 pairs). Deterministic inputs: a drift beyond float noise
+    # (another tokenizer split, a changed mean embedding) moves these by more than the margins.
+    assert pearson == pytest.approx(0.6355, abs=0.02)
+    assert (exact - bridged).abs().mean().item() == pytest.approx(0.1673, abs=0.01)
     # soft inputs go through the same bridge: a peaked distribution scores like its argmax
     logits = torch.full((2, x.shape[1], len(gen)), -30.0).scatter(2, x[:2].unsqueeze(-1), 30.0)
     with torch.no_grad():
@@ -161,7 +162,7 @@ def test_mean_bridge_tracks_exact_evaluation(minilm_encoders, generators, bridge
 # --- retokenize mode -----------------------------------------------------------------------------
 
 
-@needs_data
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", KINDS)
 def test_retokenize_one_hot_equals_exact_evaluation(minilm_encoders, generators, bridges, wmt_pairs, kind):
     """One-hot (id) inputs score exactly like BERTScorer.score of the decoded text, on 120 WMT16 pairs."""
@@ -185,7 +186,6 @@ def test_retokenize_one_hot_equals_exact_evaluation(minilm_encoders, generators,
         assert torch.allclose(got, want, atol=1e-5)
 
 
-@needs_data
 def test_retokenize_with_a_byte_level_encoder(tiny_roberta_dir, generators, wmt_pairs):
     """A byte-level BPE encoder (prefix space, offsets without it) is as exact as a WordPiece one."""
     scorer = BERTScorer(model=tiny_roberta_dir, layer=2, device="cpu")
@@ -202,7 +202,6 @@ def test_retokenize_with_a_byte_level_encoder(tiny_roberta_dir, generators, wmt_
     assert (route.sum(-1) > 0).sum() == bridge.retokenize(x, mask).mask.sum()  # every piece has its positions
 
 
-@needs_data
 def test_retokenize_idf_weights(minilm_encoders, generators, bridges, wmt_pairs):
     """Encoder pieces weigh their IDF, as in evaluation."""
     cands, refs = wmt_pairs
@@ -216,7 +215,6 @@ def test_retokenize_idf_weights(minilm_encoders, generators, bridges, wmt_pairs)
         assert torch.allclose(loss(x, refs[:30], mask).f1, exact, atol=1e-5)
 
 
-@needs_data
 def test_retokenize_decode_spans_multibyte_characters(generators, bridges):
     """Byte-level tokens holding parts of one character all own it; the text is generator.decode's."""
     gen = generators["byte-level"]
@@ -230,7 +228,6 @@ def test_retokenize_decode_spans_multibyte_characters(generators, bridges):
     assert len(euro) == 3  # "€" is three byte tokens
 
 
-@needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_retokenize_routes_pieces_to_their_generator_positions(minilm_encoders, generators, bridges, kind):
     """``the man hoped``: generator [the, man, hop, ed] → encoder [the, man, hoped], A = 1/|cover|."""
@@ -253,7 +250,6 @@ def test_retokenize_routes_pieces_to_their_generator_positions(minilm_encoders, 
     assert torch.allclose(g[2], g[3], rtol=1e-5, atol=1e-9)
 
 
-@needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_retokenize_gradient_is_the_mean_bridge_gradient_when_tokens_are_pieces(
     minilm_encoders, generators, bridges, kind
@@ -281,7 +277,6 @@ def test_retokenize_gradient_is_the_mean_bridge_gradient_when_tokens_are_pieces(
     assert torch.allclose(grads[0], grads[1], rtol=1e-4, atol=1e-7)
 
 
-@needs_data
 @pytest.mark.parametrize("kind", KINDS)
 def test_retokenize_soft_inputs_score_the_argmax_text(minilm_encoders, generators, bridges, wmt_pairs, kind):
     """Soft logits: the forward is the exact score of the argmax text, the gradient finite and nonzero."""
@@ -303,7 +298,6 @@ def test_retokenize_soft_inputs_score_the_argmax_text(minilm_encoders, generator
     assert g[~mask].abs().sum() == 0  # padding gets no gradient
 
 
-@needs_data
 def test_retokenize_mask_empty_and_special_tokens(minilm_encoders, generators, bridges):
     scorer = BERTScorer(encoder=minilm_encoders(4))
     gen = generators["sentencepiece"]
@@ -337,7 +331,6 @@ def test_retokenize_mask_empty_and_special_tokens(minilm_encoders, generators, b
     assert torch.isfinite(logits.grad).all() and logits.grad[4].abs().sum() == 0
 
 
-@needs_data
 def test_retokenize_truncates_like_evaluation(minilm_encoders, generators, bridges):
     scorer = BERTScorer(encoder=minilm_encoders(4))
     gen = generators["byte-level"]

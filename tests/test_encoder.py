@@ -80,7 +80,6 @@ def test_bundled_default_layer_and_dtype(monkeypatch):
         FrozenEncoder(device="cpu", dtype="float8")
 
 
-@needs_data
 @pytest.mark.parametrize("fixture", ["tiny_bert_dir", "tiny_roberta_dir"])
 def test_token_ids_equal_bert_score_sent_encode(request, fixture):
     from bert_score.utils import get_tokenizer, sent_encode

@@ -9,7 +9,7 @@ import torch
 
 from bertscore_loss import BERTScorer
 
-from .conftest import needs_data, real_pairs
+from .conftest import real_pairs
 
 
 @pytest.fixture(scope="module")
@@ -18,7 +18,7 @@ def pairs():
     return cands, refs
 
 
-@needs_data
+@pytest.mark.slow
 @pytest.mark.parametrize("idf", [False, True])
 def test_batching_budget_and_order_invariance(tiny_scorer, pairs, idf):
     cands, refs = pairs
@@ -36,7 +36,6 @@ def test_batching_budget_and_order_invariance(tiny_scorer, pairs, idf):
     assert torch.allclose(p, p0[perm], atol=1e-6, rtol=0)
 
 
-@needs_data
 def test_duplicate_pairs_get_identical_scores(tiny_scorer, pairs):
     cands, refs = pairs
     c = cands[:5] + cands[:5] + [cands[0]]

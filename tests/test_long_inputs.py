@@ -10,7 +10,7 @@ import torch
 from bertscore_loss import BERTScorer, FrozenEncoder
 from bertscore_loss.encoder import BERTScoreWarning
 
-from .conftest import bundled_path, needs_data, wmt16
+from .conftest import bundled_path, wmt16
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,6 @@ def test_bad_window_options(short_bert_dir):
         FrozenEncoder(short_bert_dir, layer=1, device="cpu", long_inputs="window", window_stride=15)
 
 
-@needs_data
 def test_long_document_windowed_differs_from_truncated(minilm_encoders):
     mt, ref, _ = wmt16("de-en", 40)
     doc, doc_ref = " ".join(mt), " ".join(ref)

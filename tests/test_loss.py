@@ -8,7 +8,7 @@ import torch
 from bertscore_loss import BERTScorer
 from bertscore_loss.loss import BERTScoreLoss
 from bertscore_loss.matching import cosine_matrix, matched_similarities
-from bertscore_loss.soft_inputs import expected_rows, to_probs
+from bertscore_loss.token_distributions import expected_rows, to_probs
 
 from .conftest import needs_data, real_pairs, stsb
 
@@ -130,7 +130,6 @@ def test_finite_difference_of_loss_wrt_logits(tiny_bert_dir, max_mode):
         assert out.loss.item() == pytest.approx(hard(logits, refs, mask).loss.item(), abs=1e-12)
 
 
-@needs_data
 @pytest.mark.parametrize("idf", [False, True])
 def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf):
     cands, refs = real_pairs(per_lp=10, n_sts=40)
@@ -147,6 +146,7 @@ def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf)
     assert torch.allclose(out.loss, 1 - f, atol=1e-5)
 
 
+@pytest.mark.slow
 @needs_data
 def test_adam_on_free_logits_alone_reaches_095(minilm_encoders):
     """Adam on free logits alone, maximising F against a real STS-B reference, reaches argmax-decoded
@@ -171,6 +171,7 @@ def test_adam_on_free_logits_alone_reaches_095(minilm_encoders):
     assert found.start.item() < 0.5  # the prior's argmax ("a a a ...") is far from the reference
 
 
+@pytest.mark.slow
 @needs_data
 def test_coordinate_search_takes_adam_past_095(minilm_encoders):
     """Where Adam alone stops below 0.95 (zero-init logits, one restart, on "A man wearing a hard hat is
@@ -182,12 +183,13 @@ def test_coordinate_search_takes_adam_past_095(minilm_encoders):
     loss = BERTScoreLoss(scorer=scorer)
     reference = stsb("dev", 1)[1][0]  # "A man wearing a hard hat is dancing."
     adam = optimise_logits(loss, [reference], config=LogitConfig(restarts=1))
-    assert 0.7 < adam.value.item() < 0.95
+    assert adam.value.item() == pytest.approx(0.823, abs=0.03)  # measured 0.8232 ("man man wear hat dancing ...")
     vocabulary = frequent_tokens(scorer.encoder, stsb("train")[0], n=200)
     found = coordinate_search(loss, adam.ids, [reference], vocabulary=vocabulary, config=SearchConfig(steps=100))
     text = scorer.encoder.tokenizer.decode(found.ids[0])
     final = scorer.score([text], [reference])[2].item()
-    assert final >= 0.95, (adam.value.item(), final, text)
+    assert final >= 0.95, (adam.value.item(), final, text)  # measured 0.9800
+    assert final == pytest.approx(0.980, abs=0.015)
     assert found.start.item() == pytest.approx(adam.value.item(), abs=1e-5)
     assert found.value.item() == pytest.approx(final, abs=1e-5)
 

@@ -10,10 +10,9 @@ import torch
 from bertscore_loss import BERTScorer
 from bertscore_loss.cli import main
 
-from .conftest import needs_data, real_pairs
+from .conftest import real_pairs
 
 
-@needs_data
 def test_stream_equals_score_in_input_order(minilm_encoders):
     cands, refs = real_pairs(per_lp=8, n_sts=20)
     cands[5] = ""  # an empty candidate scores 0 in its place
