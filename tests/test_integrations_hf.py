@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertscore_loss import BERTScoreLoss, BERTScorer
+from bertscore_loss import BERTScoreLoss, BERTScorer, FrozenEncoder
 from bertscore_loss.integrations import (
     BERTScoreMetrics,
     MBRConsensusReward,
@@ -23,6 +23,11 @@ from bertscore_loss.integrations import (
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = (ROOT / "examples" / "data" / "cands.txt").read_text(encoding="utf-8").splitlines()
 TARGETS = (ROOT / "examples" / "data" / "refs.txt").read_text(encoding="utf-8").splitlines()
+
+
+def fresh_scorer(model_dir: str) -> BERTScorer:
+    """A scorer on its own encoder (a scorer built from fields may share a loaded encoder and its cache)."""
+    return BERTScorer(encoder=FrozenEncoder(model_dir, 2, device="cpu"))
 
 
 def tiny_bart(tokenizer, d_model: int = 16):
@@ -117,7 +122,7 @@ def test_seq2seq_train_evaluate_metric_reuses_reference_cache(tmp_path, tok, tin
 
     model = tiny_bart(tok)
     data = features(tok, SOURCES[:8], TARGETS[:8])
-    scorer = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    scorer = fresh_scorer(tiny_bert_dir)
     metrics = bertscore_compute_metrics(tok, scorer, signature=True)
     assert scorer.encoder.cache.max_bytes > 0  # the factory turns the reference cache on
     args = training_args(tmp_path, max_steps=2, predict_with_generate=True, generation_max_length=12)
@@ -149,7 +154,7 @@ def test_seq2seq_train_evaluate_metric_reuses_reference_cache(tmp_path, tok, tin
     # the means equal BERTScorer.score of the decoded generations on a fresh, cache-less scorer
     pred = trainer.predict(data[:6])
     cands = decode_ids(pred.predictions, tok)
-    p, r, f = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu").score(cands, refs)
+    p, r, f = fresh_scorer(tiny_bert_dir).score(cands, refs)
     assert second["eval_bertscore_f1"] == pytest.approx(float(f.mean()), abs=1e-6)
     assert second["eval_bertscore_precision"] == pytest.approx(float(p.mean()), abs=1e-6)
     assert second["eval_bertscore_recall"] == pytest.approx(float(r.mean()), abs=1e-6)
@@ -213,7 +218,7 @@ def test_two_gloo_processes_sharded_metric_and_mbr_groups(tmp_path, tok, tiny_be
     assert results[0]["metrics"] == results[1]["metrics"]
     preds = tok(SOURCES[:7], padding="max_length", max_length=48, truncation=True)["input_ids"]
     labels = tok(TARGETS[:7], padding="max_length", max_length=48, truncation=True)["input_ids"]
-    scorer = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    scorer = fresh_scorer(tiny_bert_dir)
     p, r, f = scorer.score(decode_ids(preds, tok), decode_ids(labels, tok))
     got = results[0]["metrics"]
     assert got["bertscore_f1"] == pytest.approx(float(f.mean()), abs=1e-6)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer
+from bertscore_loss import BERTScorer, FrozenEncoder
 from bertscore_loss.integrations import BERTScoreReward, MBRConsensusReward, completion_text
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -16,15 +16,20 @@ CANDS = (ROOT / "examples" / "data" / "cands.txt").read_text(encoding="utf-8").s
 REFS = (ROOT / "examples" / "data" / "refs.txt").read_text(encoding="utf-8").splitlines()
 
 
+def fresh_scorer(model_dir: str) -> BERTScorer:
+    """A scorer on its own encoder (a scorer built from fields may share a loaded encoder and its cache)."""
+    return BERTScorer(encoder=FrozenEncoder(model_dir, 2, device="cpu"))
+
+
 @pytest.fixture
 def scorer(tiny_bert_dir) -> BERTScorer:
-    return BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    return fresh_scorer(tiny_bert_dir)
 
 
 @pytest.fixture(scope="module")
 def oracle(tiny_bert_dir) -> BERTScorer:
     """A separate, cache-less scorer: the value the rewards must reproduce."""
-    return BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    return fresh_scorer(tiny_bert_dir)
 
 
 def trl_kwargs(**columns):
@@ -162,7 +167,7 @@ def test_grpo_trainer_two_steps_with_both_rewards(tmp_path, tiny_roberta_dir, ti
         )
     )
     ds = Dataset.from_dict({"prompt": [" ".join(c.split()[:6]) for c in CANDS[:4]], "reference": REFS[:4]})
-    scorer = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    scorer = fresh_scorer(tiny_bert_dir)
     reward = BERTScoreReward("reference", scorer)
     mbr = MBRConsensusReward(scorer, num_generations=2)
     seen = []

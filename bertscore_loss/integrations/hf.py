@@ -66,8 +66,8 @@ class BERTScoreMetrics:
     every rank scores all rows, no collective. With ``batch_eval_metrics=True`` the sums are
     accumulated per batch and reduced at the last one (``compute_result=True``).
 
-    ``stats`` describes the last call: ``rows`` scored here, ``world_size``, ``texts_encoded`` (cache
-    misses, i.e. texts run through the encoder).
+    ``stats`` describes the last call: ``rows`` scored here, ``world_size``, ``texts_encoded`` (texts
+    run through the encoder: the cache's misses, or every unique text when the cache is off).
     """
 
     def __init__(
@@ -116,17 +116,16 @@ class BERTScoreMetrics:
         rank, size = world() if self.distributed == "shard" else (0, 1)
         preds, labels = preds[rank::size], np.asarray(labels)[rank::size]
         sums = [0.0, 0.0, 0.0, float(len(preds))]
-        misses = self.scorer.encoder.cache.misses
+        cache = self.scorer.encoder.cache
+        misses, encoded = cache.misses, 0
         if len(preds):
             cands = decode_ids(preds, self.tokenizer, **self.decode_kwargs)
             refs = decode_ids(labels, self.tokenizer, **self.decode_kwargs)
             p, r, f = self.scorer.score(cands, refs)
             sums[:3] = [float(p.double().sum()), float(r.double().sum()), float(f.double().sum())]
-        self.stats = {
-            "rows": len(preds),
-            "world_size": size,
-            "texts_encoded": self.scorer.encoder.cache.misses - misses,
-        }
+            # without a cache the scorer encodes every unique (stripped) text of the call
+            encoded = cache.misses - misses if cache.max_bytes else len({t.strip() for t in (*cands, *refs)})
+        self.stats = {"rows": len(preds), "world_size": size, "texts_encoded": encoded}
         self._pending = [a + b for a, b in zip(self._pending, sums)]
         if not compute_result:
             return {}
