@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
 from .bridge import VocabBridge
+from .config import ScorerConfig
 from .encoder import BERTScoreWarning, FrozenEncoder, ModelNotFoundError, PackedEmbeddings
 from .idf import idf_table, token_weights
 from .loss import BERTScoreLoss, LossConfig, LossOutput
@@ -20,7 +21,9 @@ from .matching import (
     rescale,
     soft_max,
 )
-from .scorer import BERTScorer, ScorerConfig, Scores, reduce_references
+from .pipeline import PRF, Scores, reduce_references
+from .registry import encoder_for, get_encoder
+from .scorer import BERTScorer
 from .search import (
     LogitConfig,
     SearchConfig,
@@ -42,6 +45,7 @@ __all__ = [
     "LossOutput",
     "Matches",
     "ModelNotFoundError",
+    "PRF",
     "PackedEmbeddings",
     "Scores",
     "ScorerConfig",
@@ -52,8 +56,10 @@ __all__ = [
     "bertscore",
     "coordinate_search",
     "cosine_matrix",
+    "encoder_for",
     "f_score",
     "frequent_tokens",
+    "get_encoder",
     "greedy_match",
     "idf_table",
     "load_baseline",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -16,6 +17,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from .cache import EmbeddingCache
+from .chunking import budget_runs
 from .presets import BUNDLED_NAME, default_layer
 
 logger = logging.getLogger(__name__)
@@ -57,6 +59,75 @@ def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
 
 def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``device`` as a torch device (None = cuda if present, else cpu); ValueError naming a bad or absent one.
+
+    ``"cuda"`` gets an explicit index (the current device), so equal devices compare equal.
+    """
+    if device is None:
+        device = default_device()
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {str(device)!r} is not a torch device (cpu, cuda, cuda:1, mps, ...)") from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {str(device)!r} was asked but CUDA is not available here: use --device cpu")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        elif dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {str(device)!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    elif dev.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"device {str(device)!r} was asked but MPS is not available here: use --device cpu")
+    return dev
+
+
+def _same_files(folder: str, reference: str) -> bool:
+    """True when ``folder`` holds the model of ``reference`` (same folder, or same config.json and weights size)."""
+    if os.path.realpath(folder) == os.path.realpath(reference):
+        return True
+    try:
+        with (
+            open(os.path.join(folder, "config.json"), "rb") as a,
+            open(os.path.join(reference, "config.json"), "rb") as b,
+        ):
+            if a.read() != b.read():
+                return False
+        sizes = []
+        for root in (folder, reference):
+            weights = [f for f in os.listdir(root) if f.endswith((".safetensors", ".bin"))]
+            sizes.append(sorted(os.path.getsize(os.path.join(root, f)) for f in weights))
+        return bool(sizes[0]) and sizes[0] == sizes[1]
+    except OSError:
+        return False
+
+
+def is_bundled_folder(path: str) -> bool:
+    """Whether the folder ``path`` holds the bundled all-MiniLM-L6-v2 (recognised by its files)."""
+    try:
+        bundled = bundled_model_path()
+    except ModelNotFoundError:
+        return False
+    return os.path.isdir(path) and _same_files(path, bundled)
+
+
+def check_model_folder(path: str) -> None:
+    """ModelNotFoundError naming ``path`` when it is not a loadable model folder (no or broken config.json)."""
+    config = os.path.join(path, "config.json")
+    if not os.path.isfile(config):
+        raise ModelNotFoundError(
+            f"model folder {path!r} holds no config.json: pass a folder with config.json, the weights and the "
+            "tokenizer files (as saved by save_pretrained), or a hub name in the local Hugging Face cache"
+        )
+    import json
+
+    try:
+        with open(config, encoding="utf-8") as fh:
+            json.load(fh)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ModelNotFoundError(f"{config}: not a valid JSON model config ({exc})") from exc
 
 
 # Padded tokens per encoder batch when none is given. On CPU small batches waste less padding and
@@ -157,10 +228,12 @@ class FrozenEncoder(nn.Module):
         if long_inputs not in ("truncate", "window"):
             raise ValueError(f"long_inputs must be 'truncate' or 'window', got {long_inputs!r}")
 
-        self.is_bundled = model is None
         path = bundled_model_path() if model is None else str(model)
-        self.name = BUNDLED_NAME if model is None else str(model)
+        self.is_bundled = model is None or is_bundled_folder(path)
+        self.name = BUNDLED_NAME if self.is_bundled else str(model)
+        dev = resolve_device(device)
         if self.is_bundled or os.path.isdir(path):
+            check_model_folder(path)
             kwargs: dict = {}
         elif os.path.exists(path):
             raise ModelNotFoundError(f"model {path!r} is a file; pass a folder holding config.json and weights")
@@ -169,7 +242,12 @@ class FrozenEncoder(nn.Module):
         try:
             tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
             hf_model = AutoModel.from_pretrained(path, **kwargs)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
+            if os.path.isdir(path):
+                raise ModelNotFoundError(
+                    f"model folder {path!r} could not be loaded ({type(exc).__name__}: {str(exc)[:300]}): it needs "
+                    "config.json, the weights and the tokenizer files (as saved by save_pretrained)"
+                ) from exc
             raise ModelNotFoundError(
                 f"model {self.name!r} was not found locally (no model hub is used). Pass a local folder "
                 "holding config.json, the weights and the tokenizer files (e.g. --model /path/to/model), "
@@ -188,6 +266,8 @@ class FrozenEncoder(nn.Module):
                     BERTScoreWarning,
                     stacklevel=2,
                 )
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral):
+            raise ValueError(f"layer must be an int, got {layer!r}")
         self.layer = int(layer)
         truncate_layers(hf_model, self.layer)
         self.tokenizer = tokenizer
@@ -195,7 +275,7 @@ class FrozenEncoder(nn.Module):
         self._call_kwargs = {"add_prefix_space": True} if _is_byte_level(tokenizer) else {}
         self.model = hf_model
         torch_dtype = resolve_dtype(dtype)
-        self.model.to(device=device or default_device(), dtype=torch_dtype)
+        self.model.to(device=dev, dtype=torch_dtype)
         if torch_dtype == torch.bfloat16 and self.device.type == "cpu" and not cpu_has_native_bf16():
             warnings.warn(
                 "bfloat16 was asked on a CPU without native bf16 (no AMX / AVX512-BF16): PyTorch emulates it, "
@@ -394,7 +474,7 @@ class FrozenEncoder(nn.Module):
         flat = torch.tensor(list(chain.from_iterable(ids)), dtype=torch.long)
         offsets = torch.cumsum(lengths, 0) - lengths
         order_t = torch.as_tensor(list(order), dtype=torch.long)
-        for start, stop in _token_budget_batches(lengths[order_t].tolist(), budget):
+        for start, stop in budget_runs([(n,) for n in lengths[order_t].tolist()], budget):
             members = order_t[start:stop]
             steps = torch.arange(int(lengths[members].max()))
             mask = steps.unsqueeze(0) < lengths[members].unsqueeze(1)
@@ -517,19 +597,6 @@ def normalize_tokens(hidden: Tensor) -> Tensor:
     return normalize(hidden.float())
 
 
-def _token_budget_batches(sorted_lengths: Sequence[int], batch_tokens: int) -> list[tuple[int, int]]:
-    """Split ascending lengths into runs whose padded size (count × longest) fits ``batch_tokens``."""
-    batches = []
-    start = 0
-    for i, length in enumerate(sorted_lengths):
-        if i > start and (i - start + 1) * length > batch_tokens:
-            batches.append((start, i))
-            start = i
-    if start < len(sorted_lengths):
-        batches.append((start, len(sorted_lengths)))
-    return batches
-
-
 @dataclass
 class PackedEmbeddings:
     """Token embeddings of many texts without padding.
@@ -561,16 +628,22 @@ class PackedEmbeddings:
         token_ids = torch.tensor([t for r in ids for t in r], dtype=torch.long, device=device)
         return cls(flat, offsets, lengths, token_ids)
 
-    def gather(self, index: Tensor, token_weight: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Padded embeddings ``[B, L, d]``, mask ``[B, L]`` and weights ``[B, L]`` of texts ``index`` ``[B]``.
+    def gather(
+        self, index: Tensor, token_weight: Tensor | None = None, width: int | None = None
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Padded embeddings ``[*S, L, d]``, mask ``[*S, L]`` and weights ``[*S, L]`` of texts ``index`` ``[*S]``.
 
-        ``token_weight`` ``[T]`` is a per-row weight aligned with ``flat``.
+        ``index`` may have any shape; ``-1`` marks a missing text (all padding). ``L`` = ``width``, or
+        the longest gathered text. ``token_weight`` ``[T]`` is a per-row weight aligned with ``flat``.
         """
-        lengths = self.lengths[index]
-        width = int(lengths.max()) if index.numel() else 0
+        valid = index >= 0
+        safe = index.clamp_min(0)
+        lengths = torch.where(valid, self.lengths[safe], 0) if index.numel() else self.lengths[safe]
+        if width is None:
+            width = int(lengths.max()) if index.numel() else 0
         steps = torch.arange(width, device=self.flat.device)
-        mask = steps.unsqueeze(0) < lengths.unsqueeze(1)
-        rows = (self.offsets[index].unsqueeze(1) + steps.unsqueeze(0)).masked_fill(~mask, 0)
+        mask = steps < lengths.unsqueeze(-1)
+        rows = (self.offsets[safe].unsqueeze(-1) + steps).masked_fill(~mask, 0)
         emb = self.flat.index_select(0, rows.reshape(-1)).view(*rows.shape, self.flat.shape[-1])  # faster than [rows]
         weight = token_weight[rows].masked_fill(~mask, 0.0) if token_weight is not None else None
         return emb, mask, weight

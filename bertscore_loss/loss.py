@@ -12,10 +12,15 @@ import torch
 from torch import Tensor, nn
 
 from .bridge import VocabBridge
+from .config import ScorerConfig
 from .encoder import BERTScoreWarning, FrozenEncoder
 from .matching import MaxMode, bertscore, f_score
-from .scorer import BERTScorer, ScorerConfig
-from .soft_inputs import Gumbel, expected_rows, to_probs
+from .registry import encoder_on, forget
+from .scorer import BERTScorer
+from .token_distributions import Gumbel, expected_rows, to_probs
+from .validation import references_are_text
+
+__all__ = ["BERTScoreLoss", "LossConfig", "LossOutput", "references_are_text"]
 
 
 @dataclass
@@ -54,14 +59,6 @@ class LossOutput(NamedTuple):
 _LOSS_FIELDS = {f.name for f in dataclasses.fields(LossConfig)}
 
 
-def references_are_text(references: Sequence[str] | Sequence[Sequence[int]]) -> bool:
-    """True for strings (and for an empty list), False for framed token-id sequences; a mix is an error."""
-    kinds = {isinstance(r, str) for r in references}
-    if len(kinds) > 1:
-        raise ValueError("references must be all strings or all framed token-id sequences, not a mix")
-    return kinds != {False}
-
-
 class BERTScoreLoss(nn.Module):
     """BERTScore of generated candidates against references, differentiable in the candidates.
 
@@ -98,6 +95,9 @@ class BERTScoreLoss(nn.Module):
             raise ValueError("measure must be 'f', 'p' or 'r' and reduction 'mean', 'sum' or 'none'")
         if lc.top_k is not None and lc.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {lc.top_k}")
+        # An encoder of the registry is shared (with a metric of the same settings, say): moving this loss
+        # to another device then switches to the registry's copy there instead of moving it under the others.
+        self._shared_encoder = scorer is None and encoder is None
         if scorer is None:
             scorer = BERTScorer(config, encoder=encoder, idf_corpus=idf_corpus, **fields)
         if scorer.config.idf and scorer.idf is None:
@@ -121,10 +121,29 @@ class BERTScoreLoss(nn.Module):
         return self.scorer.encoder
 
     def _apply(self, fn: Callable[[Tensor], Tensor], *args: object, **kwargs: object) -> BERTScoreLoss:
-        """``.to()``, ``.cuda()``, ``.double()`` ... also move the (unregistered) encoder and its cache."""
+        """``.to()``, ``.cuda()``, ``.double()`` ... also move the (unregistered) encoder and its cache.
+
+        An encoder taken from the registry is not moved under its other users by a device change: the
+        loss switches to the registry's copy on the new device. A dtype change (``.double()``) converts
+        the encoder in place and takes it out of the registry (later requests load a fresh one).
+        """
         super()._apply(fn, *args, **kwargs)
-        self.encoder._apply(fn, *args, **kwargs)
-        self.encoder.cache.clear()
+        enc = self.encoder
+        if self._shared_encoder:
+            probe = fn(torch.zeros((), dtype=enc.dtype, device=enc.device))
+            if probe.dtype == enc.dtype and probe.device == enc.device:
+                return self
+            if probe.dtype == enc.dtype:
+                self.scorer.encoder = encoder_on(self.scorer.config, probe.device)
+                self.scorer.config.device = str(probe.device)
+                self.scorer.encoder.enable_cache(
+                    max(self.scorer.encoder.cache.max_bytes, self.loss_config.ref_cache_bytes)
+                )
+                return self
+            forget(enc)
+            self._shared_encoder = False
+        enc._apply(fn, *args, **kwargs)
+        enc.cache.clear()
         return self
 
     # --- inputs ---------------------------------------------------------------------------------
@@ -160,6 +179,12 @@ class BERTScoreLoss(nn.Module):
             if candidates.dim() != 3:
                 shape = tuple(candidates.shape)
                 raise ValueError(f"soft candidates must be [batch, length, vocab], got shape {shape}")
+            if candidates.shape[-1] != table.shape[0] and self.bridge is not None:
+                raise ValueError(
+                    f"the generator outputs {candidates.shape[-1]} entries per token but the VocabBridge maps a "
+                    f"tokenizer of {table.shape[0]} tokens: build the bridge from the generator's own tokenizer "
+                    "(a sentencepiece .model file can be passed directly)"
+                )
             if candidates.shape[-1] != table.shape[0]:
                 raise ValueError(
                     f"the candidate distribution has {candidates.shape[-1]} entries per token but the embedding "
@@ -168,6 +193,11 @@ class BERTScoreLoss(nn.Module):
                 )
             lc = self.loss_config
             rows = to_probs(candidates, inputs=lc.inputs, temperature=lc.logit_temperature, gumbel=lc.gumbel)
+            if torch.isnan(rows.detach()[mask]).any():
+                raise ValueError(
+                    "the candidate distribution is NaN at a real (unmasked) position: NaN, +inf or all -inf "
+                    f"{lc.inputs} there (mask such positions with candidate_mask)"
+                )
         if self.bridge is None or self.bridge.mode != "retokenize":
             emb, w = self._position_rows(rows, mask, hard)
             return emb, w, mask
@@ -251,6 +281,14 @@ class BERTScoreLoss(nn.Module):
     def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
         """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
         if not references_are_text(references):
+            vocab = self.encoder.vocab_size
+            for i, row in enumerate(references):
+                ids = row.tolist() if isinstance(row, Tensor) else list(row)
+                bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
+                if bad:
+                    raise ValueError(
+                        f"references[{i}] holds token id {bad[0]!r} outside the encoder vocabulary [0, {vocab})"
+                    )
             with torch.no_grad():
                 packed, _, _ = self.encoder.embed_token_ids(references)
         else:
@@ -265,6 +303,24 @@ class BERTScoreLoss(nn.Module):
         references: Sequence[str] | Sequence[Sequence[int]],
         candidate_mask: Tensor | None = None,
     ) -> LossOutput:
+        """:class:`LossOutput` of ``candidates`` against ``references`` (see the class docstring).
+
+        A batch of 0 rows gives a zero loss (connected to ``candidates``) and empty P/R/F; 0 positions
+        (``T = 0``) or a fully masked row is an empty candidate: P = R = F = 0 (loss 1) with a warning.
+        Masked positions never matter, whatever they hold (NaN or infinite logits included: their
+        gradient is 0); NaN probabilities at a real position (NaN, +inf or all -inf logits) are an error.
+        """
+        if not isinstance(candidates, Tensor):
+            raise TypeError(
+                f"candidates must be a torch.Tensor (token ids [B, T] or logits/probabilities [B, T, V]), "
+                f"got {type(candidates).__name__}"
+            )
+        references_are_text(references)  # TypeError naming a str, None or a list of references
+        if candidates.dim() not in (2, 3):
+            raise ValueError(
+                f"candidates must be [batch, length] ids or [batch, length, vocab] scores, "
+                f"got shape {tuple(candidates.shape)}"
+            )
         if len(references) != candidates.shape[0]:
             raise ValueError(
                 f"got {candidates.shape[0]} candidates but {len(references)} references: the lengths must match"
@@ -278,6 +334,25 @@ class BERTScoreLoss(nn.Module):
             shape = tuple(candidate_mask.shape)
             raise ValueError(f"candidate_mask must have shape {tuple(candidates.shape[:2])}, got {shape}")
         candidate_mask = candidate_mask.to(device).bool()
+        if candidates.shape[0] == 0:
+            zero = candidates.sum() * 0.0 if torch.is_floating_point(candidates) else torch.zeros((), device=device)
+            empty = torch.zeros(0, device=device)
+            return LossOutput(zero if lc.reduction != "none" else empty, empty, empty, empty)
+        if candidates.shape[1] == 0:  # T = 0: one masked position, so every row is an empty candidate
+            candidates = torch.cat(
+                (candidates, candidates.new_zeros((candidates.shape[0], 1, *candidates.shape[2:]))), 1
+            )
+            candidate_mask = torch.zeros(candidates.shape[:2], dtype=torch.bool, device=device)
+        empty_rows = int((candidate_mask.sum(dim=1) == 0).sum())
+        if empty_rows:
+            warnings.warn(
+                f"{empty_rows} candidate(s) have no real position (T = 0 or fully masked): P = R = F = 0, loss 1",
+                BERTScoreWarning,
+                stacklevel=2,
+            )
+        if torch.is_floating_point(candidates):
+            # Masked positions are replaced (zero gradient there, whatever they held: NaN/inf never leaks).
+            candidates = candidates.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
         emb, weight, content_mask = self.candidate_inputs(candidates, candidate_mask)
         p, r, f, value = self.score_rows(emb, weight, content_mask, references)
         loss = 1.0 - value

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .chunking import budget_runs
 from .encoder import PackedEmbeddings
 from .matching import bertscore
 
@@ -17,21 +18,6 @@ ACCEL_MAX_ELEMENTS = 1 << 24
 def default_max_elements(device: str | torch.device) -> int:
     """Cosine entries per matching chunk on ``device`` (CPU 2**18, accelerators 2**24)."""
     return CPU_MAX_ELEMENTS if torch.device(device).type == "cpu" else ACCEL_MAX_ELEMENTS
-
-
-def _chunks(cand_len: list[int], ref_len: list[int], max_elements: int) -> list[tuple[int, int]]:
-    """Runs of pairs whose padded cosine matrix (count × longest cand × longest ref) fits the budget."""
-    out = []
-    start, lc, lr = 0, 0, 0
-    for i, (a, b) in enumerate(zip(cand_len, ref_len)):
-        nlc, nlr = max(lc, a), max(lr, b)
-        if i > start and (i - start + 1) * nlc * nlr > max_elements:
-            out.append((start, i))
-            start, nlc, nlr = i, a, b
-        lc, lr = nlc, nlr
-    if start < len(cand_len):
-        out.append((start, len(cand_len)))
-    return out
 
 
 def score_pairs(
@@ -68,7 +54,7 @@ def score_pairs(
     u_cand, u_ref = u_cand[order], u_ref[order]
     out = torch.zeros((3, uniq.numel()), device=device)
     budget = max_elements or default_max_elements(device)
-    for start, stop in _chunks(lc[order].tolist(), lr[order].tolist(), budget):
+    for start, stop in budget_runs(list(zip(lc[order].tolist(), lr[order].tolist())), budget):
         ce, cm, cw = cands.gather(u_cand[start:stop], cand_weight)
         re, rm, rw = refs.gather(u_ref[start:stop], ref_weight)
         p, r, f = bertscore(ce, re, cm, rm, cw, rw, normalized=True)

@@ -32,7 +32,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .encoder import FrozenEncoder
-from .loss import BERTScoreLoss, references_are_text
+from .loss import BERTScoreLoss
+from .validation import references_are_text
 
 logger = logging.getLogger(__name__)
 

@@ -8,21 +8,18 @@ from __future__ import annotations
 
 import logging
 import math
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
-from bertscore_loss import BERTScorer, BERTScoreWarning, FrozenEncoder, PackedEmbeddings, ScorerConfig
-from bertscore_loss import reduce_references as _reduce_references
-from bertscore_loss import rescale as _rescale
-from bertscore_loss.idf import idf_table
-from bertscore_loss.inputs import check_references, check_texts
-from bertscore_loss.matching import cosine_matrix, greedy_match, precision_recall_f
+from bertscore_loss import BERTScorer, FrozenEncoder, ScorerConfig
+from bertscore_loss.pipeline import ScoringPlan, score_blocks
+from bertscore_loss.validation import check_lists, check_references
+
+__all__ = ["Expectation", "Measure", "NBestReranker", "RerankResult", "expected_utility", "score_blocks"]
 
 logger = logging.getLogger(__name__)
 
@@ -178,47 +175,31 @@ class NBestReranker:
             groups = check_references(references, len(cands), "references")
             gscores, separate = None, True
 
-        self._warn_empty(cands, groups if separate else [])
-        key: dict[str, int] = {}
-        for t in (*(x for c in cands for x in c), *(x for g in groups for x in g)):
-            key.setdefault(t.strip(), len(key))
-        texts = list(key)
         if not cands:
             return []
-        packed, ids = self.scorer.embed(texts)
-        rows = [torch.tensor([key[t.strip()] for t in c], dtype=torch.long) for c in cands]
-        cols = [torch.tensor([key[t.strip()] for t in g], dtype=torch.long) for g in groups]
-
-        idf = None
-        if self.scorer.config.idf:
-            idf = self.scorer.idf
-            if idf is None:  # over the (pseudo-)references of the call, each occurrence once
-                idf = idf_table([ids[int(i)] for c in cols for i in c], self.scorer.encoder.vocab_size)
-        weights = self.scorer.weights(packed, idf)
-        blocks = score_blocks(
-            packed,
-            weights,
-            rows,
-            cols,
-            max_elements=self.scorer.config.max_elements or 1 << 24,  # tiles of whole sources: big chunks
-            progress=self.scorer._progress(len(texts)),
-        )
+        plan = self.scorer.plan()
+        rows = [plan.rows(c) for c in cands]
+        cols = [plan.rows(g) for g in groups]
+        col_rows = torch.cat(cols)
+        # IDF (when on and not fixed) over the (pseudo-)references of the call, each occurrence once
+        plan.embed(col_rows)
+        plan.warn_inputs(torch.cat(rows), col_rows if separate else col_rows[:0])
+        blocks = plan.score_blocks(rows, cols, progress=self.scorer.show_progress(len(plan.texts)))
         k = _MEASURES[measure]
-        baseline = self.scorer.baseline
         if mbr:
-            utils = [b[k] if baseline is None else _rescale(b[k], baseline[k]) for b in blocks]
+            utils = [plan.rescale(b[k], k) for b in blocks]
             use_weights = expectation == "model"
             bert = [
                 expected_utility(
                     u,
-                    gscores[s] if use_weights else None,
+                    gscores[s] if use_weights and gscores is not None else None,
                     temperature,
                     exclude_diagonal=not separate and not include_self,
                 )
                 for s, u in enumerate(utils)
             ]
         else:
-            utils, bert = self._reference_scores(blocks, k)
+            utils, bert = self._reference_scores(plan, blocks, k)
 
         results = []
         for s, (c, b) in enumerate(zip(cands, bert)):
@@ -240,29 +221,12 @@ class NBestReranker:
         return results
 
     # --- helpers ------------------------------------------------------------------------------
-    def _reference_scores(self, blocks: list[Tensor], k: int) -> tuple[list[Tensor], list[Tensor]]:
+    def _reference_scores(self, plan: ScoringPlan, blocks: list[Tensor], k: int) -> tuple[list[Tensor], list[Tensor]]:
         """Per source the ``[n, m]`` matrix of measure ``k`` and each candidate's score ``[n]`` (float64)."""
-        sizes = [m for b in blocks for m in [b.shape[2]] * b.shape[1]]
-        p, r, f = (torch.cat([b[i].reshape(-1) for b in blocks]) for i in range(3))
-        reduced = _reduce_references(p, r, f, sizes, self.scorer.config.multi_ref)
-        picked = reduced[k]
-        baseline = self.scorer.baseline
-        if baseline is not None:
-            picked = _rescale(picked, baseline[k])
-        utils = [b[k] if baseline is None else _rescale(b[k], baseline[k]) for b in blocks]
+        picked = plan.reduce_blocks(blocks)[k]
+        utils = [plan.rescale(b[k], k) for b in blocks]
         per_source = torch.split(picked.double(), [b.shape[1] for b in blocks])
         return utils, list(per_source)
-
-    @staticmethod
-    def _warn_empty(cands: list[list[str]], refs: list[list[str]]) -> None:
-        ec = sum(1 for c in cands for t in c if not t.strip())
-        er = sum(1 for g in refs for t in g if not t.strip())
-        if ec or er:
-            warnings.warn(
-                f"{ec} empty candidate(s) and {er} empty reference(s): their pairs score P = R = F = 0",
-                BERTScoreWarning,
-                stacklevel=3,
-            )
 
 
 def expected_utility(
@@ -296,102 +260,6 @@ def expected_utility(
     return num / den
 
 
-def score_blocks(
-    packed: PackedEmbeddings,
-    weight: Tensor,
-    rows: Sequence[Tensor],
-    cols: Sequence[Tensor],
-    *,
-    max_elements: int = 1 << 24,
-    progress: bool = False,
-) -> list[Tensor]:
-    """P, R, F ``[3, n_s, m_s]`` (float32, CPU) of every (row text, column text) pair of each source ``s``.
-
-    ``rows[s]`` ``[n_s]`` and ``cols[s]`` ``[m_s]`` index texts of ``packed``; ``weight`` ``[T]`` are the
-    token weights aligned with ``packed.flat``. Each source is one block: its row texts' tokens
-    ``[n, L, d]`` are matched against its column texts' tokens ``[m, L, d]`` with one cosine matrix
-    ``[n·Lc, m·Lr]``, viewed as ``[n, m, Lc, Lr]``; blocks of similar token lengths are batched
-    (``[sources, n, m, Lc, Lr]``) up to ``max_elements`` cosine entries (and gathered embedding
-    floats) per chunk, and a source larger than that is split into tiles. The math is
-    :mod:`bertscore_loss.matching`'s.
-    """
-    if len(rows) != len(cols):
-        raise ValueError(f"got {len(rows)} row lists but {len(cols)} column lists")
-    lengths = packed.lengths.cpu()
-    d = int(packed.flat.shape[1]) if packed.flat.dim() == 2 else 1
-    tok_cap = max(max_elements // (2 * d), 1)  # gathered tokens per side of a tile
-    out = [torch.zeros((3, len(r), len(c))) for r, c in zip(rows, cols)]
-    tiles = []
-    for s, (r, c) in enumerate(zip(rows, cols)):
-        if len(r) == 0 or len(c) == 0:
-            continue
-        lc, lr = int(lengths[r].max()), int(lengths[c].max())
-        cap = max(max_elements // (lc * lr), 1)  # pairs per tile
-        mb = min(len(c), cap, max(tok_cap // lr, 1))
-        nb = max(min(len(r), cap // mb, max(tok_cap // lc, 1)), 1)
-        for i0 in range(0, len(r), nb):
-            for j0 in range(0, len(c), mb):
-                tiles.append((lc * lr, lc, lr, s, i0, j0, r[i0 : i0 + nb], c[j0 : j0 + mb]))
-    tiles.sort(key=lambda t: t[:3])
-    chunks: list[list[tuple]] = []
-    size = (0, 0, 0, 0)
-    for t in tiles:
-        new = (max(size[0], len(t[6])), max(size[1], len(t[7])), max(size[2], t[1]), max(size[3], t[2]))
-        per_tile = max(math.prod(new), (new[0] * new[2] + new[1] * new[3]) * d)  # cosines, gathered floats
-        if chunks and (len(chunks[-1]) + 1) * per_tile <= max_elements:
-            chunks[-1].append(t)
-            size = new
-        else:
-            chunks.append([t])
-            size = (len(t[6]), len(t[7]), t[1], t[2])
-    for chunk in tqdm(chunks, desc="matching", unit="chunk", disable=not progress, leave=False):
-        prf = _score_chunk(packed, weight, chunk)
-        for b, (_, _, _, s, i0, j0, r, c) in enumerate(chunk):
-            out[s][:, i0 : i0 + len(r), j0 : j0 + len(c)] = prf[:, b, : len(r), : len(c)]
-    return out
-
-
-def _score_chunk(packed: PackedEmbeddings, weight: Tensor, chunk: list[tuple]) -> Tensor:
-    """P, R, F ``[3, B, N, M]`` of the tiles of one chunk (padded to the chunk's largest tile)."""
-    device = packed.flat.device
-    b = len(chunk)
-    n = max(len(t[6]) for t in chunk)
-    m = max(len(t[7]) for t in chunk)
-    lc = max(t[1] for t in chunk)
-    lr = max(t[2] for t in chunk)
-    ridx = torch.full((b, n), -1, dtype=torch.long)
-    cidx = torch.full((b, m), -1, dtype=torch.long)
-    for k, t in enumerate(chunk):
-        ridx[k, : len(t[6])] = t[6]
-        cidx[k, : len(t[7])] = t[7]
-    ce, cm, cw = _gather(packed, weight, ridx.to(device), lc)
-    re, rm, rw = _gather(packed, weight, cidx.to(device), lr)
-    d = ce.shape[-1]
-    sim = cosine_matrix(ce.view(b, n * lc, d), re.view(b, m * lr, d), cm.view(b, -1), rm.view(b, -1), normalized=True)
-    sim = sim.view(b, n, lc, m, lr).transpose(2, 3).reshape(b * n * m, lc, lr)
-    cm2 = cm.unsqueeze(2).expand(b, n, m, lc).reshape(-1, lc)
-    rm2 = rm.unsqueeze(1).expand(b, n, m, lr).reshape(-1, lr)
-    matches = greedy_match(sim, cm2, rm2)
-    cw2 = cw.unsqueeze(2).expand(b, n, m, lc).reshape(-1, lc)
-    rw2 = rw.unsqueeze(1).expand(b, n, m, lr).reshape(-1, lr)
-    p, r, f = precision_recall_f(matches.cand_sim, matches.ref_sim, cw2, rw2)
-    return torch.stack((p, r, f)).view(3, b, n, m).float().cpu()
-
-
-def _gather(packed: PackedEmbeddings, weight: Tensor, index: Tensor, width: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Padded embeddings ``[B, N, L, d]``, mask ``[B, N, L]`` and weights ``[B, N, L]`` of texts ``index`` ``[B, N]``.
-
-    ``index`` -1 marks a missing text (all padding).
-    """
-    valid = index >= 0
-    safe = index.clamp_min(0)
-    lengths = torch.where(valid, packed.lengths[safe], 0)
-    steps = torch.arange(width, device=index.device)
-    mask = steps < lengths.unsqueeze(-1)
-    rows = (packed.offsets[safe].unsqueeze(-1) + steps).masked_fill(~mask, 0)
-    return packed.flat[rows], mask, weight[rows].masked_fill(~mask, 0.0)
-
-
 # --- validation -----------------------------------------------------------------------------------
 def _check_options(measure: str, expectation: str, temperature: float, weight: float) -> None:
     if measure not in _MEASURES:
@@ -406,17 +274,7 @@ def _check_options(measure: str, expectation: str, temperature: float, weight: f
 
 def _check_lists(lists: object, what: str) -> list[list[str]]:
     """A list of non-empty lists of str; errors name the offending index."""
-    if isinstance(lists, str) or not isinstance(lists, Sequence):
-        raise TypeError(f"{what} must be a list of lists of str (one list per source), got {type(lists).__name__}")
-    out = []
-    for s, group in enumerate(lists):
-        if isinstance(group, str):
-            raise TypeError(f"{what}[{s}] must be a list of str, got a str (wrap one candidate as [text])")
-        texts = check_texts(group, f"{what}[{s}]")
-        if not texts:
-            raise ValueError(f"{what}[{s}] is an empty list: each source needs at least one text")
-        out.append(texts)
-    return out
+    return check_lists(lists, what)
 
 
 def _check_scores(scores: object, sizes: list[int], what: str) -> list[Tensor]:

@@ -3,17 +3,16 @@ equality with one process, the ``score --devices N`` command."""
 
 from __future__ import annotations
 
-import argparse
 import pickle
 
 import pytest
 import torch
 
 from bertscore_loss import BERTScorer, ScorerConfig
-from bertscore_loss.cli import add_scorer_args
-from bertscore_loss.lightning.cli import add_distributed_args, cmd_score_distributed, is_distributed, run_score
+from bertscore_loss.cli import build_parser, main
+from bertscore_loss.cli.score import cmd_score_distributed, is_distributed
 from bertscore_loss.lightning.distributed import PairScoringModule, ShardSampler, score_distributed, shard_indices
-from bertscore_loss.lightning.registry import get_encoder
+from bertscore_loss.registry import get_encoder
 
 CANDS = [
     "The cat sat on the mat.",
@@ -82,15 +81,24 @@ def test_two_processes_equal_one_process_in_order_odd_n_with_idf(tiny_bert_dir):
     assert f[7] == 0 and f[16] == 0  # the empty candidates, in their places
 
 
-def test_fewer_pairs_than_ranks_through_run_score(tiny_bert_dir, tiny_scorer):
-    # run_score is what `bertscore-loss score` calls when --devices or --num-nodes > 1
-    args = score_parser().parse_args(["-c", "x", "-r", "y", "--devices", "2", "--accelerator", "cpu"])
-    args.strategy = "ddp_fork"
-    p, r, f = run_score(["a cat"], [["the cat", "a dog"]], {"model": tiny_bert_dir, "layer": 2, "device": None}, args)
+def test_fewer_pairs_than_ranks_through_the_score_command(tiny_bert_dir, tiny_scorer, tmp_path, capsys):
+    # `bertscore-loss score ... --devices 2` with fewer pairs than ranks (and with none at all)
+    (tmp_path / "c.txt").write_text("a cat\n", encoding="utf-8")
+    (tmp_path / "r1.txt").write_text("the cat\n", encoding="utf-8")
+    (tmp_path / "r2.txt").write_text("a dog\n", encoding="utf-8")
+    (tmp_path / "empty.txt").write_text("", encoding="utf-8")
+    common = ["--model", tiny_bert_dir, "--layer", "2", "--devices", "2", "--accelerator", "cpu"]
+    common += ["--strategy", "ddp_fork", "--per-line"]
+    files = ["-c", str(tmp_path / "c.txt"), "-r", str(tmp_path / "r1.txt"), "-r", str(tmp_path / "r2.txt")]
+    assert main(["score", *files, *common]) == 0
+    p, r, f = torch.tensor([list(map(float, x.split("\t"))) for x in capsys.readouterr().out.splitlines()]).T
     exp = tiny_scorer.score(["a cat"], [["the cat", "a dog"]])
     torch.testing.assert_close(torch.stack((p, r, f)), torch.stack(exp), atol=1e-6, rtol=0)
-    p, r, f = run_score([], [], {"model": tiny_bert_dir, "layer": 2}, args)  # no pairs at all
-    assert p.shape == r.shape == f.shape == (0,)
+    empty = ["-c", str(tmp_path / "empty.txt"), "-r", str(tmp_path / "empty.txt")]
+    assert main(["score", *empty, *common]) == 0  # no pairs at all
+    out = capsys.readouterr()
+    p = r = f = torch.tensor([float(x) for x in out.out.split()])
+    assert p.shape == r.shape == f.shape == (0,) and out.err.startswith("0 pairs")
 
 
 def test_module_pickles_without_encoder(tiny_bert_dir):
@@ -99,15 +107,15 @@ def test_module_pickles_without_encoder(tiny_bert_dir):
     assert len(pickle.dumps(module)) < 100_000  # the tiny encoder's weights alone are 3.9 MB
 
 
-def score_parser() -> argparse.ArgumentParser:
-    """The ``score`` options of ``bertscore-loss`` plus the distributed ones."""
-    p = argparse.ArgumentParser()
-    p.add_argument("-c", "--cands", required=True)
-    p.add_argument("-r", "--refs", required=True, action="append")
-    p.add_argument("--per-line", action="store_true")
-    add_scorer_args(p)
-    add_distributed_args(p)
-    return p
+class _ScoreParser:
+    """``bertscore-loss score`` options, parsed by the real parser."""
+
+    def parse_args(self, argv: list[str]):
+        return build_parser().parse_args(["score", *argv])
+
+
+def score_parser() -> _ScoreParser:
+    return _ScoreParser()
 
 
 def test_score_command_ddp_spawn_per_line(tiny_bert_dir, tiny_scorer, tmp_path, capsys):

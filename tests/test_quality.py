@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import shutil
 import warnings
@@ -14,6 +13,10 @@ import torch
 
 from bertscore_loss import BERTScorer, load_baseline, read_baseline, write_baseline
 from bertscore_loss.baseline import packaged_baseline
+from bertscore_loss.cli import build_parser
+from bertscore_loss.cli.baseline import register as add_baseline_parser
+from bertscore_loss.cli.plot import register as add_plot_parser
+from bertscore_loss.cli.tune_layers import register as add_tune_layers_parser
 from bertscore_loss.encoder import BERTScoreWarning
 from bertscore_loss.idf import idf_table
 from bertscore_loss.presets import BUNDLED_NAME
@@ -31,7 +34,6 @@ from bertscore_loss.quality import (
     similarity_figure,
     token_similarity,
 )
-from bertscore_loss.quality.cli import add_baseline_parser, add_plot_parser, add_tune_layers_parser
 
 from .conftest import DATA, LANG_PAIRS, needs_data
 
@@ -93,10 +95,9 @@ def _pairs(n: int, seed: int = 0) -> tuple[list[str], list[str]]:
 
 
 def _run(add, argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="command")
-    add(sub)
-    args = p.parse_args(argv)
+    """Run a subcommand through the real ``bertscore-loss`` parser (``add`` names the command's module)."""
+    args = build_parser().parse_args(argv)
+    assert args.func.__module__ == add.__module__
     return args.func(args)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import warnings
 
@@ -10,8 +9,9 @@ import pytest
 import torch
 
 from bertscore_loss import BERTScorer, BERTScoreWarning, write_baseline
+from bertscore_loss.cli import build_parser
+from bertscore_loss.cli.rerank import read_tsv
 from rerank import NBestReranker, expected_utility, generate_and_rerank, sequence_scores
-from rerank.cli import add_parser, read_tsv
 
 from .conftest import DATA, bundled_path, needs_data
 
@@ -329,10 +329,7 @@ def test_expected_utility_alone_row_uses_the_diagonal():
 
 # --- CLI --------------------------------------------------------------------------------------------------
 def run_cli(argv: list[str]) -> int:
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="command")
-    add_parser(sub)
-    args = p.parse_args(["rerank", *argv])
+    args = build_parser().parse_args(["rerank", *argv])  # the real parser; errors raise (main() prints them)
     return args.func(args)
 
 

@@ -1,6 +1,6 @@
 """Lightning integration: a validation metric and distributed corpus scoring (DDP) built on the core scorer.
 
-Imports are lazy so that ``bertscore_loss.lightning.cli`` (used by ``bertscore-loss score``) does not pull in
+Imports are lazy so that ``bertscore-loss score`` (``bertscore_loss.cli.score``) does not pull in
 torchmetrics and pytorch_lightning until they are needed.
 """
 

@@ -16,17 +16,19 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytorch_lightning as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from ..inputs import check_pairs
-from ..scorer import BERTScorer, ScorerConfig
-from .metric import read_corpus
-from .registry import get_encoder
+from ..config import ScorerConfig
+from ..pipeline import PRF
+from ..registry import encoder_on
+from ..scorer import BERTScorer
+from ..validation import check_pairs
+from .metric import idf_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -81,9 +83,9 @@ def _collate(batch: list[int]) -> Tensor:
     return torch.tensor(batch, dtype=torch.long)
 
 
-@dataclasses.dataclass
-class DistributedScores:
-    """Scores ``[N]`` in input order and the scorer's signature."""
+class DistributedScores(NamedTuple):
+    """Scores ``[N]`` in input order (``precision``, ``recall``, ``f1`` as in :class:`~bertscore_loss.PRF`)
+    and the scorer's signature."""
 
     precision: Tensor
     recall: Tensor
@@ -130,13 +132,13 @@ class PairScoringModule(pl.LightningModule):
     def get_scorer(self) -> BERTScorer:
         if self._scorer is None:
             c = self.config
-            enc = get_encoder(c.model, c.layer, c.dtype, self.device, allow_download=c.allow_download)
-            scorer = BERTScorer(c, encoder=enc)
+            # every encoder setting of the config (long_inputs and window_stride included) keys the encoder
+            scorer = BERTScorer(c, encoder=encoder_on(c, self.device))
             if c.idf:
-                corpus = self.idf_corpus if self.idf_corpus is not None else [r for g in self.refs for r in g]
-                scorer.set_idf_corpus(corpus)
-                if self.idf_corpus is None:
-                    scorer._idf_desc = "refs"  # the table is over the references, as in one score() call
+                if self.idf_corpus is not None:
+                    scorer.set_idf_corpus(self.idf_corpus)
+                else:  # over the references, as in one score() call
+                    scorer.set_idf_corpus([r for g in self.refs for r in g], description="refs")
             self._scorer = scorer
         return self._scorer
 
@@ -190,7 +192,7 @@ class PairScoringModule(pl.LightningModule):
             out[k, index] = torch.cat([p[k + 1] for p in parts])
         self.result = DistributedScores(out[0], out[1], out[2], self.get_scorer().signature())
         if self.out_path is not None:
-            torch.save(dataclasses.asdict(self.result), self.out_path)
+            torch.save(self.result._asdict(), self.out_path)
 
 
 def _externally_launched() -> bool:
@@ -236,7 +238,7 @@ def score_distributed_full(
     cands, groups = check_pairs(cands, refs)
     if isinstance(config, Mapping):
         config = ScorerConfig(**config)
-    config = dataclasses.replace(config or ScorerConfig(), device=None, progress=False)
+    config = dataclasses.replace(config or ScorerConfig(), device=None, progress=False).validate()
     if devices < 1 or num_nodes < 1:
         raise ValueError(f"devices and num_nodes must be >= 1, got devices={devices}, num_nodes={num_nodes}")
     if batch_pairs < 1:
@@ -245,7 +247,7 @@ def score_distributed_full(
         raise ValueError(f"accelerator must be 'cpu', 'gpu' or 'auto', got {accelerator!r}")
     if idf_corpus is not None and not config.idf:
         raise ValueError("idf_corpus is given but idf is off: set idf=True in the config")
-    corpus = read_corpus(idf_corpus) if idf_corpus is not None else None
+    corpus = idf_sentences(idf_corpus) if idf_corpus is not None else None
     if strategy == "auto":
         strategy = "ddp" if _externally_launched() else "ddp_spawn"
     if strategy not in ("ddp", "ddp_spawn", "ddp_fork"):
@@ -298,7 +300,7 @@ def score_distributed(
     idf_corpus: str | os.PathLike | Sequence[str] | None = None,
     progress: bool = False,
     verbose: bool = False,
-) -> tuple[Tensor, Tensor, Tensor] | None:
+) -> PRF | None:
     """P, R, F ``[N]`` of every pair, in input order, scored by ``devices × num_nodes`` processes.
 
     Equal to ``BERTScorer(config).score(cands, refs)`` (up to float rounding from batch composition)
@@ -328,4 +330,4 @@ def score_distributed(
         progress=progress,
         verbose=verbose,
     )
-    return None if out is None else (out.precision, out.recall, out.f1)
+    return None if out is None else PRF(out.precision, out.recall, out.f1)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -15,33 +15,30 @@ from torchmetrics import Metric
 from torchmetrics.utilities import dim_zero_cat
 
 from ..cache import EmbeddingCache
-from ..encoder import PackedEmbeddings
-from ..inputs import check_pairs, check_texts
-from ..matching import rescale as rescale_scores
-from ..pairs import score_pairs
-from ..scorer import BERTScorer, ScorerConfig, reduce_references
-from .registry import get_encoder
+from ..config import ScorerConfig
+from ..encoder import ACCEL_BATCH_TOKENS
+from ..registry import encoder_on
+from ..scorer import BERTScorer
+from ..textio import read_corpus
+from ..validation import check_pairs, check_texts
 
 logger = logging.getLogger(__name__)
 
 _MEASURES = ("precision", "recall", "f1")
 
-#: Default padded-token budget of one encoder batch on CPU. A validation batch is encoded in one call, so
+#: Default padded-token budget of one encoder batch on CPU *for validation batches* (the core's general
+#: CPU default is ``encoder.CPU_BATCH_TOKENS`` = 2048). A validation batch is encoded in one call, so
 #: the budget decides how many length-sorted sub-batches it is split into: with 8192 a batch of 64 WMT16
 #: pairs is one batch padded to its longest text (2.7x the real tokens), with 1024 about 1.4x; an epoch over
 #: 512 WMT16 dev pairs at MiniLM layer 4 on one CPU thread took 24.6 s with 8192 and 13.3 s with 1024.
-CPU_BATCH_TOKENS = 1024
-#: Default on GPUs, where a larger batch pays for its padding (the core's default).
-ACCEL_BATCH_TOKENS = 8192
+#: On accelerators the core's ``ACCEL_BATCH_TOKENS`` (8192) applies.
+METRIC_CPU_BATCH_TOKENS = 1024
 
 
-def read_corpus(corpus: str | os.PathLike | Sequence[str]) -> list[str]:
-    """An IDF corpus given as a list of sentences or as a UTF-8 file with one sentence per line."""
+def idf_sentences(corpus: str | os.PathLike | Sequence[str]) -> list[str]:
+    """An IDF corpus given as a list of sentences or as a UTF-8 file (one sentence per line, duplicates kept)."""
     if isinstance(corpus, (str, os.PathLike)):
-        path = Path(corpus)
-        if not path.is_file():
-            raise FileNotFoundError(f"idf_corpus {str(path)!r} is not a file (give a list of sentences or a file path)")
-        return path.read_text(encoding="utf-8").splitlines()
+        return read_corpus(corpus, distinct=False, what="idf_corpus")
     return check_texts(corpus, "idf_corpus")
 
 
@@ -64,7 +61,7 @@ class BERTScoreMetric(Metric):
       tensors ``[N]`` (rank-major order under DDP, or ascending ``index`` when every ``update`` gets one;
       duplicated indices, e.g. from a padding ``DistributedSampler``, are then kept once).
 
-    The encoder comes from a process-wide registry keyed by (model, layer, dtype, device): metrics with
+    The encoder comes from the process-wide registry (:func:`bertscore_loss.registry.encoder_for`): metrics with
     the same settings share one copy, it is not a submodule (never in a ``state_dict`` nor in
     ``parameters()``), and it follows the metric's device (``.to("cuda")`` switches to the registry's
     copy on that device; the copy on the old device is freed once no metric holds it).
@@ -119,7 +116,7 @@ class BERTScoreMetric(Metric):
             rescale=rescale,
             baseline=baseline,
             dtype=dtype,
-            batch_tokens=batch_tokens or CPU_BATCH_TOKENS,
+            batch_tokens=batch_tokens or METRIC_CPU_BATCH_TOKENS,
             max_elements=max_elements,
             multi_ref=multi_ref,
             cache_bytes=0,  # the encoder-level cache would also keep predictions; refs use our own cache
@@ -129,11 +126,12 @@ class BERTScoreMetric(Metric):
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
         self.per_sample = bool(per_sample)
-        self._requested_layer = layer
         self._batch_tokens = batch_tokens
         self._ref_cache = EmbeddingCache(int(ref_cache_bytes))
-        encoder = get_encoder(model, layer, dtype, self.device, allow_download=allow_download)
-        corpus = read_corpus(idf_corpus) if idf_corpus is not None else None
+        config.validate()
+        self._encoder_config = dataclasses.replace(config)  # the layer as asked: the registry key
+        encoder = encoder_on(self._encoder_config, self.device)
+        corpus = idf_sentences(idf_corpus) if idf_corpus is not None else None
         # A plain attribute (BERTScorer is not an nn.Module): the encoder stays out of the module tree.
         self._scorer = BERTScorer(config, encoder=encoder, idf_corpus=corpus)
         self._scorer.config.batch_tokens = self._budget(encoder.device)
@@ -152,10 +150,7 @@ class BERTScoreMetric(Metric):
         """The :class:`BERTScorer` (config, IDF table, baseline) bound to the encoder on this metric's device."""
         enc = self._scorer.encoder
         if enc is None or enc.device != self.device:
-            c = self._scorer.config
-            self._scorer.encoder = get_encoder(
-                c.model, self._requested_layer, c.dtype, self.device, allow_download=c.allow_download
-            )
+            self._scorer.encoder = encoder_on(self._encoder_config, self.device)
             self._scorer.config.batch_tokens = self._budget(self.device)
             self._ref_cache.clear()  # cached rows live on the old device
         return self._scorer
@@ -164,7 +159,7 @@ class BERTScoreMetric(Metric):
         """Padded tokens per encoder batch: as given, else by device kind (see ``CPU_BATCH_TOKENS``)."""
         if self._batch_tokens is not None:
             return self._batch_tokens
-        return CPU_BATCH_TOKENS if device.type == "cpu" else ACCEL_BATCH_TOKENS
+        return METRIC_CPU_BATCH_TOKENS if device.type == "cpu" else ACCEL_BATCH_TOKENS
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Metric:
         this = super()._apply(fn, *args, **kwargs)
@@ -192,21 +187,6 @@ class BERTScoreMetric(Metric):
         return self._ref_cache
 
     # --- update / compute ---------------------------------------------------------------------
-    def _embed_refs(self, scorer: BERTScorer, texts: list[str]) -> PackedEmbeddings:
-        """Embeddings of the distinct stripped ``texts``, through the reference cache when it is on."""
-        if self._ref_cache.max_bytes == 0:
-            return scorer.embed(texts)[0]
-        found = [self._ref_cache.get(t) for t in texts]
-        missing = [t for t, f in zip(texts, found) if f is None]
-        fresh: dict[str, tuple[Tensor, list[int]]] = {}
-        if missing:
-            packed, ids = scorer.embed(missing)
-            for i, t in enumerate(missing):
-                fresh[t] = (packed.row(i).clone(), ids[i])
-                self._ref_cache.put(t, *fresh[t])
-        items = [f if f is not None else fresh[t] for t, f in zip(texts, found)]
-        return PackedEmbeddings.from_list([e for e, _ in items], [i for _, i in items])
-
     def update(
         self,
         preds: str | Sequence[str],
@@ -229,36 +209,14 @@ class BERTScoreMetric(Metric):
                 raise ValueError(f"got {len(cands)} predictions but {index.numel()} indices: the lengths must match")
         if not cands:
             return
-        scorer = self.scorer
-        flat_refs = [r for g in groups for r in g]
-        BERTScorer._warn_empty(cands, flat_refs)
-        ref_key: dict[str, int] = {}
-        for t in flat_refs:
-            ref_key.setdefault(t.strip(), len(ref_key))
-        cand_key: dict[str, int] = {}
-        for t in cands:
-            cand_key.setdefault(t.strip(), len(cand_key))
-        ref_packed = self._embed_refs(scorer, list(ref_key))
-        cand_packed = scorer.embed(list(cand_key))[0]
-        idf = scorer.idf if scorer.config.idf else None
+        plan = self.scorer.plan()
+        cand_rows = plan.rows(cands)
+        ref_rows = plan.rows([r for g in groups for r in g])
+        plan.embed(ref_rows, cache=self._ref_cache, cacheable=ref_rows, progress=False)
+        plan.warn_inputs(cand_rows, ref_rows)
         sizes = [len(g) for g in groups]
-        pair_cand = torch.repeat_interleave(
-            torch.tensor([cand_key[c.strip()] for c in cands], dtype=torch.long), torch.tensor(sizes)
-        )
-        pair_ref = torch.tensor([ref_key[r.strip()] for r in flat_refs], dtype=torch.long)
-        p, r, f = score_pairs(
-            cand_packed,
-            scorer.weights(cand_packed, idf),
-            pair_cand,
-            ref_packed,
-            scorer.weights(ref_packed, idf),
-            pair_ref,
-            max_elements=scorer.config.max_elements,
-        )
-        out = reduce_references(p.cpu(), r.cpu(), f.cpu(), sizes, scorer.config.multi_ref)
-        scores = out[:3]
-        if scorer.baseline is not None:
-            scores = tuple(rescale_scores(x, b) for x, b in zip(scores, scorer.baseline))
+        pair_cand = torch.repeat_interleave(cand_rows, torch.tensor(sizes, dtype=torch.long))
+        scores = plan.reduce(plan.score_pairs(pair_cand, ref_rows), sizes)[:3]
         if self.per_sample:
             for name, x in zip(_MEASURES, scores):
                 getattr(self, name).append(x.to(self.device))

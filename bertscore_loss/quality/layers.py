@@ -2,7 +2,7 @@
 
 One forward pass of the untruncated model with ``output_hidden_states=True`` gives the hidden states of
 all layers ``0..L`` (0 = embedding output); each layer is unit-normalised and packed, and pairs are
-scored with :func:`bertscore_loss.pairs.score_pairs` (the same code as :class:`~bertscore_loss.BERTScorer`),
+scored by :class:`bertscore_loss.pipeline.ScoringPlan` (the same code as :class:`~bertscore_loss.BERTScorer`),
 so the scores of layer ``k`` equal ``BERTScorer(layer=k).score(...)``.
 
 Recommendation rule: the layer with the highest mean (over groups, e.g. language pairs) Pearson
@@ -35,9 +35,8 @@ from ..encoder import (
     count_layers,
     length_order,
 )
-from ..idf import idf_table, token_weights
 from ..matching import normalize
-from ..pairs import score_pairs
+from ..pipeline import ScoringPlan
 from .datasets import JudgedPairs
 
 logger = logging.getLogger(__name__)
@@ -125,19 +124,18 @@ class LayerEmbeddings:
         for i, g in enumerate(groups if groups is not None else ["all"] * n):
             members.setdefault(g, []).append(i)
         out = torch.zeros((len(self.layers), 3, n), dtype=torch.float32)
-        token_ids = self.layers[0].token_ids
-        weight = token_weights(token_ids, self.special_ids, None)
+        plan = ScoringPlan(
+            special_ids=self.special_ids, vocab_size=self.vocab_size, use_idf=idf, max_elements=max_elements
+        )
+        plan.index = dict(self.index)
         show = progress if progress is not None else n >= 10_000
         bar = tqdm(total=n * len(self.layers), desc="scoring (all layers)", unit="pair", disable=not show, leave=False)
         for items in members.values():
             sel = torch.tensor(items, dtype=torch.long)
             c, r = cand_rows[sel], ref_rows[sel]
-            if idf:
-                table = idf_table([self.ids[i] for i in r.tolist()], self.vocab_size)
-                weight = token_weights(token_ids, self.special_ids, table)
+            plan.use_embeddings(self.layers[0], self.ids, r)  # IDF (when on) over this group's references
             for k, packed in enumerate(self.layers):
-                p, rc, f = score_pairs(packed, weight, c, packed, weight, r, max_elements=max_elements)
-                out[k, :, sel] = torch.stack((p, rc, f)).cpu()
+                out[k, :, sel] = plan.score_pairs(c, r, packed).cpu()
                 bar.update(len(items))
         bar.close()
         return out

@@ -6,11 +6,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import Tensor
 
-from ..idf import idf_table, token_weights
-from ..matching import cosine_matrix, greedy_match, precision_recall_f, rescale
+from ..matching import cosine_matrix, greedy_match
 from ..scorer import BERTScorer
 
 
@@ -49,20 +47,18 @@ def token_similarity(cand: str, ref: str, scorer: BERTScorer | None = None) -> T
         raise ValueError("cand and ref must be non-empty texts")
     scorer = scorer or BERTScorer()
     enc = scorer.encoder
-    packed, ids = scorer.embed([cand, ref])
-    idf = None
-    if scorer.config.idf:
-        idf = scorer.idf if scorer.idf is not None else idf_table([ids[1]], enc.vocab_size)
-    weight = token_weights(packed.token_ids, enc.special_ids, idf)
-    emb, mask, w = packed.gather(torch.tensor([0, 1], device=packed.flat.device), weight)
+    plan = scorer.plan()
+    rows = plan.rows([cand, ref])
+    plan.embed(rows[1:])  # IDF (when on and not fixed) over the one reference, as BERTScorer.score
+    plan.warn_inputs(rows[:1], rows[1:])
+    assert plan.packed is not None and plan.weight is not None
+    ids = [plan.ids[int(i)] for i in rows]
+    emb, mask, w = plan.packed.gather(rows.to(plan.packed.flat.device), plan.weight)
+    assert w is not None
     lc, lr = len(ids[0]), len(ids[1])
-    c, r = emb[0:1, :lc], emb[1:2, :lr]
-    sim = cosine_matrix(c, r, normalized=True)  # [1, Lc, Lr]
+    sim = cosine_matrix(emb[0:1, :lc], emb[1:2, :lr], normalized=True)  # [1, Lc, Lr], for the picture
     m = greedy_match(sim)
-    p, rc, f = precision_recall_f(m.cand_sim, m.ref_sim, w[0:1, :lc], w[1:2, :lr])
-    scores = torch.stack((p, rc, f)).squeeze(1).cpu()
-    if scorer.baseline is not None:
-        scores = rescale(scores, scorer.baseline)
+    scores = plan.reduce(plan.score_pairs(rows[:1], rows[1:]), [1])  # the exact pipeline's P, R, F
     return TokenSimilarity(
         cand_tokens=enc.tokenizer.convert_ids_to_tokens(ids[0]),
         ref_tokens=enc.tokenizer.convert_ids_to_tokens(ids[1]),
@@ -71,7 +67,7 @@ def token_similarity(cand: str, ref: str, scorer: BERTScorer | None = None) -> T
         ref_match=m.ref_index[0].cpu(),
         cand_weight=w[0, :lc].cpu(),
         ref_weight=w[1, :lr].cpu(),
-        scores=tuple(float(x) for x in scores),
+        scores=(float(scores.precision[0]), float(scores.recall[0]), float(scores.f1[0])),
         idf=scorer.config.idf,
         layer=enc.layer,
         model=enc.name,

@@ -1,4 +1,4 @@
-"""Command line: ``bertscore-loss rerank ...`` (registered by :func:`add_parser`)."""
+"""``bertscore-loss rerank``: the chosen candidate per source by BERTScore against references or by MBR."""
 
 from __future__ import annotations
 
@@ -6,21 +6,23 @@ import argparse
 import math
 import sys
 
-from bertscore_loss.cli import add_scorer_args, read_lines, scorer_from_args
+from ..textio import iter_lines
+from .common import UsageError, add_scorer_args, check_stdin_once, read_input_lines, scorer_from_args
 
 
 def read_tsv(path: str) -> tuple[list[str], list[list[str]], list[list[float]] | None]:
     """Candidate lists from ``source_id<TAB>candidate[<TAB>model_score]`` lines.
 
     Sources are in order of first appearance, candidates in file order; completely empty lines are
-    skipped. Returns the source ids, the candidate lists and the model scores (None without a third
+    skipped; lines end at ``\n``/``\r\n`` only and a leading UTF-8 BOM is dropped.
+    Returns the source ids, the candidate lists and the model scores (None without a third
     column; either every line has one or none does).
     """
     order: dict[str, int] = {}
     cands: list[list[str]] = []
     scores: list[list[float]] = []
     with_scores: bool | None = None
-    for no, line in enumerate(read_lines(path), start=1):
+    for no, line in enumerate(iter_lines(path, what="--tsv file"), start=1):
         if not line:
             continue
         parts = line.split("\t")
@@ -48,7 +50,7 @@ def read_tsv(path: str) -> tuple[list[str], list[list[str]], list[list[float]] |
 
 def read_systems(paths: list[str]) -> list[list[str]]:
     """Candidate lists from system files: line i of every file belongs to source i."""
-    files = [read_lines(p) for p in paths]
+    files = [read_input_lines(p, "--systems") for p in paths]
     for p, lines in zip(paths[1:], files[1:]):
         if len(lines) != len(files[0]):
             raise ValueError(
@@ -59,10 +61,28 @@ def read_systems(paths: list[str]) -> list[list[str]]:
 
 
 def cmd_rerank(args: argparse.Namespace) -> int:
-    from .reranker import NBestReranker
+    from rerank import NBestReranker
 
     if bool(args.refs) == bool(args.mbr):
-        raise ValueError("give -r REFS (reference-based reranking) or --mbr (minimum Bayes risk), exactly one")
+        raise UsageError("give -r REFS (reference-based reranking) or --mbr (minimum Bayes risk), exactly one")
+    if not args.mbr:
+        ignored = [
+            f
+            for f, on in (
+                ("--include-self", args.include_self),
+                ("--expectation", args.expectation != "uniform"),
+                ("--temperature", args.temperature != 1.0),
+            )
+            if on
+        ]
+        if ignored:
+            raise UsageError(f"{', '.join(ignored)} apply to --mbr only")
+    elif args.temperature != 1.0 and args.expectation != "model":
+        raise UsageError("--temperature is used with --expectation model only")
+    check_stdin_once(
+        [*(args.systems or [args.tsv]), *args.refs],
+        ["--systems/--tsv"] * len(args.systems or [1]) + ["-r"] * len(args.refs),
+    )
     if args.systems:
         cands, model_scores = read_systems(args.systems), None
     else:
@@ -71,7 +91,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
         raise ValueError("--weight needs model scores and --expectation model too: give a TSV with a third column")
     refs = None
     if args.refs:
-        ref_files = [read_lines(r) for r in args.refs]
+        ref_files = [read_input_lines(r, "-r") for r in args.refs]
         for path, lines in zip(args.refs, ref_files):
             if len(lines) != len(cands):
                 raise ValueError(f"there are {len(cands)} sources but {path} has {len(lines)} lines")
@@ -97,7 +117,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register the ``rerank`` subcommand (handler in ``func``)."""
     p = subparsers.add_parser(
         "rerank",

@@ -1,0 +1,77 @@
+"""The settings of a scorer: :class:`ScorerConfig` (shared by the scorer, loss, reranker, metric and CLI)."""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Literal
+
+DTYPE_NAMES = ("float32", "bfloat16", "float16")
+
+
+@dataclass
+class ScorerConfig:
+    """Settings of a :class:`BERTScorer` (and of the reranker and metric built on it).
+
+    ``model``: HF name or local folder (None = bundled all-MiniLM-L6-v2); ``layer``: None = preset;
+    ``idf``: weight tokens by IDF over ``idf_corpus`` given to the scorer, else over each call's
+    references (as ``bert-score``); ``rescale`` with ``baseline`` (a ``LAYER,P,R,F`` file; None = the
+    packaged one of the model, an error if there is none); ``batch_tokens``: padded-token budget of one
+    encoder batch (None = 2048 on CPU, 8192 on accelerators); ``max_elements``: cosine entries per
+    matching chunk (None = 2**18 on CPU, 2**24 on accelerators); ``multi_ref``: ``"max"`` (max per
+    measure, as ``bert-score``) or ``"best_f"`` (the P, R, F of the reference with the highest F);
+    ``cache_bytes``: keep up to that many bytes of text embeddings on the encoder (LRU; 0 = off), so
+    texts seen in an earlier call are not re-encoded;
+    ``long_inputs``: ``"truncate"`` texts longer than the model's maximum (as ``bert-score``, with a
+    warning) or encode them in overlapping ``"window"``s every ``window_stride`` tokens (None = half a
+    window; each token keeps the embedding of the window where it has the most context; giving a
+    stride without ``"window"`` is an error);
+    ``progress``: None = a bar on stderr for 1,000 or more texts.
+
+    The fields that decide the encoder (``model``, ``layer``, ``dtype``, ``device``, ``long_inputs``,
+    ``window_stride``) are the key of the process-wide encoder registry (:mod:`bertscore_loss.registry`).
+    """
+
+    model: str | None = None
+    layer: int | None = None
+    idf: bool = False
+    rescale: bool = False
+    baseline: str | None = None
+    device: str | None = None
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    batch_tokens: int | None = None
+    max_elements: int | None = None
+    multi_ref: Literal["max", "best_f"] = "max"
+    cache_bytes: int = 0
+    long_inputs: Literal["truncate", "window"] = "truncate"
+    window_stride: int | None = None
+    progress: bool | None = None
+    allow_download: bool = False
+
+    def validate(self) -> ScorerConfig:
+        """Check every field; returns ``self`` (errors name the field and the value)."""
+        if self.layer is not None and (
+            isinstance(self.layer, bool) or not isinstance(self.layer, numbers.Integral) or self.layer < 0
+        ):
+            raise ValueError(f"layer must be a non-negative int (or None for the preset), got {self.layer!r}")
+        if self.multi_ref not in ("max", "best_f"):
+            raise ValueError(f"multi_ref must be 'max' or 'best_f', got {self.multi_ref!r}")
+        if self.dtype not in DTYPE_NAMES:
+            raise ValueError(f"dtype must be one of {list(DTYPE_NAMES)}, got {self.dtype!r}")
+        if self.long_inputs not in ("truncate", "window"):
+            raise ValueError(f"long_inputs must be 'truncate' or 'window', got {self.long_inputs!r}")
+        if self.window_stride is not None and self.long_inputs != "window":
+            raise ValueError("window_stride is only used with long_inputs='window' (--long-inputs window)")
+        for name in ("batch_tokens", "max_elements", "window_stride"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1):
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if (
+            isinstance(self.cache_bytes, bool)
+            or not isinstance(self.cache_bytes, numbers.Integral)
+            or self.cache_bytes < 0
+        ):
+            raise ValueError(f"cache_bytes must be an int >= 0, got {self.cache_bytes!r}")
+        if self.baseline is not None and not self.rescale:
+            raise ValueError("baseline is given but rescale is off: pass rescale=True (--rescale) to use it")
+        return self
