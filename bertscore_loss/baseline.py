@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import math
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,20 +20,39 @@ class BaselineNotFoundError(LookupError):
 
 
 def read_baseline(path: str | os.PathLike) -> dict[int, tuple[float, float, float]]:
-    """Rows of a baseline file: ``{layer: (P, R, F)}``."""
+    """Rows of a baseline file: ``{layer: (P, R, F)}``.
+
+    ValueError naming the file and line for a layer that is not a whole number or repeats, and for a
+    value that is not finite or not below 1 (rescaling divides by ``1 - b``). A UTF-8 BOM is allowed.
+    """
     rows: dict[int, tuple[float, float, float]] = {}
-    with open(path, newline="", encoding="utf-8") as fh:
-        reader = csv.reader(fh)
-        header = [h.strip().upper() for h in next(reader, [])]
-        if header[:4] != ["LAYER", "P", "R", "F"]:
-            raise ValueError(f"{path}: a baseline file starts with the header LAYER,P,R,F, got {header}")
-        for line_no, row in enumerate(reader, start=2):
-            if not row:
-                continue
-            try:
-                rows[int(float(row[0]))] = (float(row[1]), float(row[2]), float(row[3]))
-            except (ValueError, IndexError) as exc:
-                raise ValueError(f"{path}:{line_no}: expected LAYER,P,R,F numbers, got {row}") from exc
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            reader = csv.reader(fh)
+            header = [h.strip().upper() for h in next(reader, [])]
+            if header[:4] != ["LAYER", "P", "R", "F"]:
+                raise ValueError(f"{path}: a baseline file starts with the header LAYER,P,R,F, got {header}")
+            for line_no, row in enumerate(reader, start=2):
+                if not row:
+                    continue
+                try:
+                    layer_value = float(row[0])
+                    values = (float(row[1]), float(row[2]), float(row[3]))
+                except (ValueError, IndexError) as exc:
+                    raise ValueError(f"{path}:{line_no}: expected LAYER,P,R,F numbers, got {row}") from exc
+                if not layer_value.is_integer() or layer_value < 0:
+                    raise ValueError(f"{path}:{line_no}: the layer must be a whole number >= 0, got {row[0]!r}")
+                layer = int(layer_value)
+                if layer in rows:
+                    raise ValueError(f"{path}:{line_no}: layer {layer} appears twice")
+                if not all(math.isfinite(v) and v < 1 for v in values):
+                    raise ValueError(
+                        f"{path}:{line_no}: baseline values must be finite and below 1 (rescaling divides by 1 - b), "
+                        f"got {row[1:4]}"
+                    )
+                rows[layer] = values
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
     return rows
 
 
@@ -60,10 +80,11 @@ def load_baseline(model_name: str, layer: int, path: str | os.PathLike | None = 
     if source is None:
         raise BaselineNotFoundError(
             f"rescaling needs a baseline, and none is shipped for {model_name!r}: pass baseline=FILE "
-            "(bert-score format LAYER,P,R,F; `bertscore-loss baseline` computes one)"
+            "(--baseline FILE on the command line; bert-score format LAYER,P,R,F; "
+            "`bertscore-loss baseline` computes one)"
         )
     if not source.is_file():
-        raise BaselineNotFoundError(f"baseline file {str(source)!r} does not exist")
+        raise BaselineNotFoundError(f"baseline file {str(source)!r} (--baseline) is not a file")
     rows = read_baseline(source)
     if layer not in rows:
         raise BaselineNotFoundError(f"baseline file {str(source)!r} has no row for layer {layer} (has {sorted(rows)})")

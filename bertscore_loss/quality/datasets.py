@@ -16,6 +16,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..textio import read_corpus, read_lines
+
+__all__ = ["JudgedPairs", "read_corpus", "read_judged_tsv", "read_stsb", "read_wmt_daseg"]
+
 _DASEG = re.compile(r"^DAseg\.(?P<testset>.+)\.human\.(?P<lp>[^.]+)$")
 
 
@@ -69,9 +73,7 @@ class JudgedPairs:
 
 
 def _lines(path: Path) -> list[str]:
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist")
-    return path.read_text(encoding="utf-8").splitlines()
+    return read_lines(path, what="data file")  # lines end at \n / \r\n only
 
 
 def _floats(lines: Sequence[str], path: Path) -> list[float]:
@@ -166,26 +168,3 @@ def read_judged_tsv(path: str | os.PathLike) -> JudgedPairs:
     if not cands:
         raise ValueError(f"{path} holds no pairs")
     return JudgedPairs(cands, refs, human, groups)
-
-
-def read_corpus(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Distinct non-empty stripped sentences of ``paths``, in order of first appearance.
-
-    ``*.csv`` files are read as STS-B rows (:func:`read_stsb`: both sentences of each row); other files
-    have one sentence per line.
-    """
-    if not paths:
-        raise ValueError("the corpus is empty: give at least one file")
-    seen: dict[str, None] = {}
-    for p in paths:
-        path = Path(p)
-        if path.suffix.lower() == ".csv":
-            pairs = read_stsb(path)
-            texts = [t for pair in zip(pairs.cands, pairs.refs) for t in pair]
-        else:
-            texts = _lines(path)
-        for t in texts:
-            t = t.strip()
-            if t:
-                seen.setdefault(t, None)
-    return list(seen)
