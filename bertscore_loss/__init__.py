@@ -5,7 +5,7 @@ from __future__ import annotations
 from ._version import __version__
 
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
-from .bridge import VocabBridge
+from .bridge import SentencePieceVocab, VocabBridge
 from .config import ScorerConfig
 from .encoder import BERTScoreWarning, FrozenEncoder, ModelNotFoundError, PackedEmbeddings
 from .idf import idf_table, token_weights
@@ -23,6 +23,7 @@ from .matching import (
 )
 from .pipeline import PRF, Scores, reduce_references
 from .registry import encoder_for, get_encoder
+from .risk import MinimumRiskLoss, RiskOutput, sequence_log_probs
 from .scorer import BERTScorer
 from .search import (
     LogitConfig,
@@ -43,14 +44,17 @@ __all__ = [
     "LogitConfig",
     "LossConfig",
     "LossOutput",
+    "MinimumRiskLoss",
     "Matches",
     "ModelNotFoundError",
     "PRF",
     "PackedEmbeddings",
+    "RiskOutput",
     "Scores",
     "ScorerConfig",
     "SearchConfig",
     "SearchResult",
+    "SentencePieceVocab",
     "VocabBridge",
     "__version__",
     "bertscore",
@@ -69,6 +73,7 @@ __all__ = [
     "read_baseline",
     "reduce_references",
     "rescale",
+    "sequence_log_probs",
     "soft_max",
     "token_log_prior",
     "token_weights",

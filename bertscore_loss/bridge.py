@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import codecs
 import logging
+import os
 import re
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
@@ -20,6 +21,48 @@ BridgeMode = Literal["mean", "retokenize"]
 _BYTE_LEVEL_SPACE = "\u0120"  # "Ġ": byte-level BPE word start (GPT-2, RoBERTa, tokenizers' ByteLevel)
 _SENTENCEPIECE_SPACE = "\u2581"  # "▁": sentencepiece / Metaspace word start
 _BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")  # sentencepiece byte-fallback tokens
+
+
+class SentencePieceVocab:
+    """A sentencepiece model seen through the few tokenizer methods the bridge uses.
+
+    ``model``: a ``.model`` file path or a ``sentencepiece.SentencePieceProcessor``. Control pieces
+    (pad, bos, eos, ...) and the unknown piece are special; byte pieces keep their ``<0xNN>`` form.
+    Use it (or pass the file / processor to :class:`VocabBridge` directly) instead of wrapping the file
+    in ``T5Tokenizer(vocab_file=...)``: with transformers 5 such classes silently build a vocabulary
+    of a few special tokens from it.
+    """
+
+    def __init__(self, model: str | os.PathLike | object) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            import sentencepiece as spm
+
+            path = os.fspath(model)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"sentencepiece model {path!r} is not a file")
+            try:
+                model = spm.SentencePieceProcessor(model_file=path)
+            except (OSError, RuntimeError) as exc:
+                raise ValueError(f"{path!r} is not a sentencepiece model: {exc}") from exc
+        self.sp = model
+        size = model.get_piece_size()
+        self.all_special_ids = [i for i in range(size) if model.is_control(i) or model.is_unknown(i)]
+
+    def __len__(self) -> int:
+        return self.sp.get_piece_size()
+
+    def convert_ids_to_tokens(self, ids: Sequence[int]) -> list[str]:
+        return [self.sp.id_to_piece(int(i)) for i in ids]
+
+    def convert_tokens_to_string(self, tokens: Sequence[str]) -> str:
+        return self.sp.decode_pieces(list(tokens))
+
+    def decode(self, ids: Sequence[int], **_: object) -> str:
+        return self.sp.decode([int(i) for i in ids if int(i) not in self.all_special_ids])
+
+
+def _is_sentencepiece(obj: object) -> bool:
+    return isinstance(obj, (str, os.PathLike)) or (hasattr(obj, "id_to_piece") and hasattr(obj, "get_piece_size"))
 
 
 class Retokenized(NamedTuple):
@@ -57,6 +100,13 @@ class VocabBridge(nn.Module):
     tokens get a zero row and weight 0 (mean) or are left out of the text (retokenize). The first token
     of a text always starts a word, so the mean bridge has a table ``first_embeddings`` for it.
 
+    ``generator_tokenizer``: a Hugging Face tokenizer, a sentencepiece ``.model`` file, or a
+    ``sentencepiece.SentencePieceProcessor`` (see :class:`SentencePieceVocab`). ``vocab_size``: the
+    generator's output size (``logits.shape[-1]``); when given, a tokenizer of another size is refused,
+    and :class:`BERTScoreLoss` refuses logits of another size in any case. A tokenizer that yields no text
+    for most of its ids (e.g. ``T5Tokenizer(vocab_file=...)`` around a plain sentencepiece model, which
+    transformers 5 turns into a few special tokens) is refused too.
+
     Buffers (not saved in ``state_dict``): ``embeddings``/``first_embeddings`` ``[Vg, d]``, and the
     pieces behind them ``piece_index[_first]`` ``[Vg, k]``, ``piece_count[_first]`` ``[Vg]``.
     """
@@ -68,14 +118,21 @@ class VocabBridge(nn.Module):
         mode: BridgeMode = "retokenize",
         *,
         max_pieces: int = 16,
+        vocab_size: int | None = None,
     ) -> None:
         super().__init__()
         if mode not in ("mean", "retokenize"):
             raise ValueError(f"mode must be 'mean' or 'retokenize', got {mode!r}")
         self.mode = mode
-        gen = generator_tokenizer
+        gen = SentencePieceVocab(generator_tokenizer) if _is_sentencepiece(generator_tokenizer) else generator_tokenizer
         size = len(gen)
+        if vocab_size is not None and size != vocab_size:
+            raise ValueError(
+                f"the generator tokenizer has {size} tokens but the generator outputs {vocab_size}: give the "
+                "tokenizer the generator was trained with (a sentencepiece .model file can be passed directly)"
+            )
         tokens = gen.convert_ids_to_tokens(list(range(size)))
+
         special = set(getattr(gen, "all_special_ids", []) or [])
         marker = _word_start_marker(tokens)
         texts, starts = [], []
@@ -94,6 +151,14 @@ class VocabBridge(nn.Module):
             text = text.strip()
             texts.append("" if set(text) <= {"\ufffd"} else text)
             starts.append(start)
+        usable = sum(1 for t in texts if t)
+        if usable < 16 or usable < size // 2:
+            raise ValueError(
+                f"the generator tokenizer ({type(gen).__name__}) has {size} tokens, only {usable} of them with "
+                "text: it does not hold a usable vocabulary. With transformers 5, T5Tokenizer/LlamaTokenizer/"
+                "AlbertTokenizer(vocab_file='sp.model') build one of a few special tokens from a plain "
+                "sentencepiece model; pass the .model file or a SentencePieceProcessor to VocabBridge instead"
+            )
         device = encoder.device
         # As placed in a text, and as the first token of a text (which always starts a word).
         for suffix, flags in (("", starts), ("_first", [True] * size)):
@@ -117,8 +182,13 @@ class VocabBridge(nn.Module):
             "vocabulary bridge (%s): %d generator tokens, %d empty", mode, size, int((self.piece_count == 0).sum())
         )
 
+    @property
+    def vocab_size(self) -> int:
+        """Size of the generator vocabulary this bridge maps (rows of its tables)."""
+        return int(self.embeddings.shape[0])
+
     def extra_repr(self) -> str:
-        return f"mode={self.mode!r}, generator_vocab={self.embeddings.shape[0]}"
+        return f"mode={self.mode!r}, generator_vocab={self.vocab_size}"
 
     # --- mean tables ---------------------------------------------------------------------------
     def _mean(self, table: Tensor, first: bool = False) -> Tensor:

@@ -1,0 +1,168 @@
+"""Minimum-risk training with BERTScore: expected ``1 − F`` under the model's renormalised sample distribution.
+
+Shen et al. (2016), "Minimum Risk Training for Neural Machine Translation"; Edunov et al. (2018),
+"Classical Structured Prediction Losses for Sequence to Sequence Learning". For each source, ``k``
+candidates are sampled (or taken from a beam); their risks come from the exact evaluation mode
+(:class:`BERTScorer`, hard max, one scoring call for the whole batch of candidate lists) and the
+loss is the expected risk under ``q = softmax(α · log p(candidate))`` over the distinct candidates of
+the source. Its gradient reaches the generator through ``log_probs`` only:
+``∂L/∂ log p_i = α q_i (r_i − E_q[r])``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from .scorer import BERTScorer, ScorerConfig
+
+Utility = Literal["f1", "precision", "recall"]
+
+
+class RiskOutput(NamedTuple):
+    """``loss``: the expected risk (scalar, or ``[B]`` with ``reduction="none"``); ``risk`` ``[B, k]``:
+    ``1 − utility`` of each candidate (NaN where a row has no candidate); ``weights`` ``[B, k]``: the
+    renormalised distribution ``q`` (0 at padding and at repeated candidates); ``utility`` ``[B, k]``."""
+
+    loss: Tensor
+    risk: Tensor
+    weights: Tensor
+    utility: Tensor
+
+
+def sequence_log_probs(logits: Tensor, labels: Tensor, *, ignore_index: int = -100, normalize: bool = False) -> Tensor:
+    """Log-probability ``[N]`` of each label sequence under teacher-forced ``logits`` ``[N, T, V]``.
+
+    ``labels`` ``[N, T]`` (long; ``ignore_index`` marks padding) are the tokens the logits predict,
+    position by position (for a Hugging Face encoder-decoder: the generated ids without the decoder
+    start token, as passed in ``labels=``). ``normalize``: divide by the number of real tokens (the
+    mean log-probability per token). Computed in float32; differentiable in ``logits``.
+    """
+    if logits.dim() != 3 or labels.dim() != 2 or logits.shape[:2] != labels.shape:
+        raise ValueError(
+            f"logits must be [N, T, V] and labels [N, T] with the same N, T; got {tuple(logits.shape)} and "
+            f"{tuple(labels.shape)}"
+        )
+    keep = labels != ignore_index
+    safe = labels.masked_fill(~keep, 0)
+    if bool(((safe < 0) | (safe >= logits.shape[-1])).any()):
+        raise ValueError(f"labels must lie in [0, {logits.shape[-1]}) or equal ignore_index={ignore_index}")
+    token = torch.log_softmax(logits.float(), dim=-1).gather(-1, safe.unsqueeze(-1)).squeeze(-1)
+    total = (token * keep).sum(dim=1)
+    return total / keep.sum(dim=1).clamp_min(1) if normalize else total
+
+
+class MinimumRiskLoss(nn.Module):
+    """Expected BERTScore risk of candidate lists; differentiable in their sequence log-probabilities.
+
+    ``forward(log_probs, candidates, references, mask=None)``:
+
+    - ``log_probs`` ``[B, k]``: the model's log-probability of each candidate (e.g. from
+      :func:`sequence_log_probs`); the only input that carries a gradient.
+    - ``candidates``: ``B`` lists of candidate texts (row ``b`` may hold fewer than ``k``; the rest is
+      padding), aligned with ``log_probs``; ``mask`` ``[B, k]`` (True = a real candidate) may mask more.
+    - ``references``: one string per row, or a list of strings per row (multi-reference: the utility
+      is reduced over them as the scorer's ``multi_ref`` says, ``"max"`` by default).
+
+    Utility = the scorer's ``utility`` measure (F1 by default; rescaled when the scorer rescales, with
+    IDF when it has ``idf=True`` and a fixed ``idf_corpus``), risk = ``1 − utility``. Repeated
+    candidates of a row count once (the first keeps its place; the others get weight 0), as in Shen et
+    al.'s sample sets. A row with one distinct candidate has ``q = 1`` and no gradient. ``alpha``
+    sharpens (> 1) or flattens (< 1) the renormalised distribution. The frozen encoder is not a
+    submodule (not in ``parameters()`` nor ``state_dict()``).
+    """
+
+    def __init__(
+        self,
+        config: ScorerConfig | None = None,
+        *,
+        scorer: BERTScorer | None = None,
+        idf_corpus: Sequence[str] | None = None,
+        alpha: float = 1.0,
+        utility: Utility = "f1",
+        reduction: Literal["mean", "sum", "none"] = "mean",
+        **fields: object,
+    ) -> None:
+        super().__init__()
+        if not alpha > 0:
+            raise ValueError(f"alpha must be > 0, got {alpha}")
+        if utility not in ("f1", "precision", "recall"):
+            raise ValueError(f"utility must be 'f1', 'precision' or 'recall', got {utility!r}")
+        if reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+        if scorer is None:
+            scorer = BERTScorer(config, idf_corpus=idf_corpus, **fields)
+        elif config is not None or fields or idf_corpus is not None:
+            raise ValueError("give either scorer= or scorer settings (config, idf_corpus, fields), not both")
+        if scorer.config.idf and scorer.idf is None:
+            raise ValueError("idf=True in MinimumRiskLoss needs a fixed IDF corpus: pass idf_corpus=[...]")
+        self.__dict__["scorer"] = scorer  # frozen, outside parameters() and state_dict()
+        self.alpha, self.utility_name, self.reduction = float(alpha), utility, reduction
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}, utility={self.utility_name!r}, reduction={self.reduction!r}"
+
+    @torch.no_grad()
+    def utilities(
+        self, candidates: Sequence[Sequence[str]], references: Sequence[str] | Sequence[Sequence[str]], k: int
+    ) -> Tensor:
+        """Utility ``[B, k]`` (float32, CPU) of every candidate, NaN at padding: one
+        :meth:`BERTScorer.score_lists` call for all rows (the engine the reranker uses)."""
+        values = getattr(self.scorer.score_lists(candidates, references), self.utility_name).float()
+        out = torch.full((len(candidates), k), float("nan"))
+        out[:, : values.shape[1]] = values
+        return out
+
+    def forward(
+        self,
+        log_probs: Tensor,
+        candidates: Sequence[Sequence[str]],
+        references: Sequence[str] | Sequence[Sequence[str]],
+        mask: Tensor | None = None,
+    ) -> RiskOutput:
+        if not isinstance(log_probs, Tensor) or log_probs.dim() != 2 or not torch.is_floating_point(log_probs):
+            shape = tuple(log_probs.shape) if isinstance(log_probs, Tensor) else type(log_probs).__name__
+            raise ValueError(f"log_probs must be a float tensor [batch, k], got {shape}")
+        b, k = log_probs.shape
+        if isinstance(candidates, str) or len(candidates) != b:
+            raise ValueError(f"candidates must be {b} lists of texts (one per row of log_probs), got {len(candidates)}")
+        if isinstance(references, str) or len(references) != b:
+            raise ValueError(f"references must hold {b} entries (a string or a list of strings per row)")
+        for i, row in enumerate(candidates):
+            if isinstance(row, str) or len(row) > k or not all(isinstance(c, str) for c in row):
+                raise ValueError(f"candidates[{i}] must be a list of at most {k} strings")
+        present = torch.zeros(b, k, dtype=torch.bool)
+        for i, row in enumerate(candidates):
+            seen: set[str] = set()
+            for j, text in enumerate(row):
+                key = " ".join(text.split())
+                if key not in seen:
+                    seen.add(key)
+                    present[i, j] = True
+        if mask is not None:
+            if mask.shape != (b, k):
+                raise ValueError(f"mask must be [batch, k] = {(b, k)}, got {tuple(mask.shape)}")
+            present &= mask.bool().cpu()
+        present = present.to(log_probs.device)
+        if not bool(torch.isfinite(log_probs[present]).all()):
+            raise ValueError("log_probs holds NaN or ±inf at a real candidate")
+        utility = self.utilities(candidates, references, k).to(
+            log_probs.device, torch.promote_types(log_probs.dtype, torch.float32)
+        )
+        risk = 1.0 - utility
+        logits = (self.alpha * log_probs.to(torch.promote_types(log_probs.dtype, torch.float32))).masked_fill(
+            ~present, float("-inf")
+        )
+        has_any = present.any(dim=1)
+        q = torch.softmax(logits.masked_fill(~has_any.unsqueeze(1), 0.0), dim=1) * present
+        per_row = (q * torch.nan_to_num(risk, nan=0.0)).sum(dim=1)
+        if self.reduction == "none":
+            loss = per_row
+        elif self.reduction == "sum":
+            loss = per_row[has_any].sum()
+        else:
+            loss = per_row[has_any].mean() if bool(has_any.any()) else per_row.sum() * 0.0
+        return RiskOutput(loss, risk, q, utility)

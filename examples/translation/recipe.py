@@ -1,0 +1,390 @@
+"""Multi30k de→en with BERTScore inside training and decoding: one command per stage, each resumable.
+
+    python examples/translation/recipe.py stage1 --config configs/translation/stage1.yaml
+    python examples/translation/recipe.py stage2 --config configs/translation/stage2.yaml --arm mrt --seed 0
+    python examples/translation/recipe.py stage3 --config configs/translation/stage3.yaml
+
+See docs/translation.md for the figures each stage produced and what every option means.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import metrics  # noqa: E402
+import nmt  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+logger = logging.getLogger("translation")
+
+
+@dataclass
+class Stage1Config:
+    data: str = "../shared/data/multi30k"
+    out: str = "runs/multi30k/stage1"
+    vocab_size: int = 8000
+    train_limit: int | None = None
+    max_len: int = 100
+    batch_tokens: int = 4096
+    max_epochs: int = 40
+    max_minutes: float | None = 85.0
+    precision: str = "auto"  # auto = bf16-mixed where the CPU has native bf16, else 32-true
+    threads: int | None = None
+    seed: int = 1
+    model: nmt.ModelConfig = field(default_factory=nmt.ModelConfig)
+    train: nmt.TrainConfig = field(default_factory=nmt.TrainConfig)
+
+
+def load_config(cls, path: str | None, overrides: dict):
+    raw = yaml.safe_load(Path(path).read_text()) if path else {}
+    raw = {**(raw or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    kwargs = {}
+    names = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in raw.items():
+        if key not in names:
+            raise SystemExit(f"{path}: unknown option {key!r} (known: {', '.join(names)})")
+        sub = {"model": nmt.ModelConfig, "train": nmt.TrainConfig}.get(key)
+        kwargs[key] = sub(**value) if sub and isinstance(value, dict) else value
+    return cls(**kwargs)
+
+
+def resolve(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else ROOT / p
+
+
+def precision_of(name: str) -> str:
+    if name == "auto":
+        return "bf16-mixed" if nmt.cpu_has_native_bf16() else "32-true"
+    return name
+
+
+def load_sp(path: Path):
+    import sentencepiece as spm
+
+    return spm.SentencePieceProcessor(model_file=str(path))
+
+
+def stage1(cfg: Stage1Config) -> dict:
+    """Tokenizer + generator from scratch with label-smoothed CE; best checkpoint by val BLEU, exported as HF."""
+    out, data = resolve(cfg.out), resolve(cfg.data)
+    out.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(cfg.seed, verbose=False)
+    spm_path = out / "spm.model"
+    if not spm_path.exists():
+        nmt.train_sentencepiece(data, out, cfg.vocab_size, cfg.train_limit)
+    sp = load_sp(spm_path)
+    train = nmt.PairData(sp, *nmt.read_pairs(data, "train", cfg.train_limit), cfg.max_len)
+    val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
+    precision = precision_of(cfg.precision)
+    model = nmt.build_model(cfg.model, sp.get_piece_size())
+    module = nmt.Translator(model, sp, cfg.train, val, precision)
+    ckpt = pl.callbacks.ModelCheckpoint(
+        dirpath=out / "checkpoints",
+        monitor="val/bleu",
+        mode="max",
+        save_last=True,
+        filename="best-{epoch}",
+        save_top_k=1,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_epochs=cfg.max_epochs,
+        max_time={"minutes": cfg.max_minutes} if cfg.max_minutes else None,
+        precision=precision,
+        gradient_clip_val=cfg.train.clip,
+        callbacks=[ckpt],
+        logger=pl.loggers.CSVLogger(out, name="logs"),
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        enable_progress_bar=sys.stderr.isatty(),
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+    )
+    last = out / "checkpoints" / "last.ckpt"
+    t0 = time.time()
+    trainer.fit(
+        module,
+        train.loader(cfg.batch_tokens, True, cfg.seed),
+        val.loader(cfg.batch_tokens, False),
+        ckpt_path=str(last) if last.exists() else None,
+    )
+    logger.info("stage 1 trained in %.0f s; best %s", time.time() - t0, ckpt.best_model_path)
+    best = torch.load(ckpt.best_model_path or last, map_location="cpu", weights_only=False)
+    model.load_state_dict({k[len("model.") :]: v for k, v in best["state_dict"].items() if k.startswith("model.")})
+    model.save_pretrained(out / "model")
+    (out / "model" / "spm.model").write_bytes(spm_path.read_bytes())
+    result = {"best": ckpt.best_model_path, "cpu": nmt.cpu_label(), "precision": precision, "curve": module.history}
+    with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:  # one row per validated epoch, across resumes
+        fh.writelines(
+            json.dumps({**row, "cpu": result["cpu"], "precision": precision}) + "\n" for row in module.history
+        )
+    return result
+
+
+@dataclass
+class Stage2Config:
+    data: str = "../shared/data/multi30k"
+    init: str = "runs/multi30k/stage1/model"  # the stage-1 model folder (HF format + spm.model)
+    out: str = "runs/multi30k/stage2"
+    arm: str = "ce"
+    seed: int = 0
+    updates: int = 300
+    batch_tokens: int = 768
+    max_len: int = 100
+    precision: str = "auto"
+    weight: float = 1.0  # lambda of the semantic term (bertscore, mrt)
+    samples: int = 8  # mrt: samples per source
+    alpha: float = 1.0  # mrt: sharpness of the renormalised distribution
+    bridge_mode: str = "retokenize"  # bertscore arm: VocabBridge mode
+    max_mode: str = "straight_through"
+    temperature: float = 0.05
+    top_k: int | None = 64
+    gumbel: str | None = None
+    val_limit: int | None = None
+    eval_sets: list[str] = field(default_factory=lambda: ["val", "test_2016_flickr"])
+    blind: bool = True
+    outputs: str = "docs/multi30k-outputs"  # where the blind-set translations go
+    eval_limit: int | None = None  # first N lines of each evaluation set (smoke runs)
+    beams: int = 5
+    train: nmt.TrainConfig = field(default_factory=lambda: nmt.TrainConfig(lr=1e-4, warmup=50))
+
+
+def load_model(folder: Path):
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(folder)
+    return model, load_sp(folder / "spm.model")
+
+
+def stage2(cfg: Stage2Config) -> dict:
+    """Fine-tune the stage-1 model for ``updates`` updates with one arm; then translate val, test and blind."""
+    from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, VocabBridge
+
+    data, init = resolve(cfg.data), resolve(cfg.init)
+    run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
+    run.mkdir(parents=True, exist_ok=True)
+    pl.seed_everything(cfg.seed, verbose=False)
+    model, sp = load_model(init)
+    precision = precision_of(cfg.precision)
+    train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
+    val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
+    semantic = risk = None
+    if cfg.arm in ("bertscore", "mrt"):
+        scorer = BERTScorer()  # bundled MiniLM, its default layer, fp32: the same settings as the reported F
+        if cfg.arm == "bertscore":
+            bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
+            semantic = BERTScoreLoss(
+                scorer=scorer,
+                bridge=bridge,
+                max_mode=cfg.max_mode,
+                temperature=cfg.temperature,
+                top_k=cfg.top_k,
+                gumbel=cfg.gumbel,
+            )
+        else:
+            risk = MinimumRiskLoss(scorer=scorer, alpha=cfg.alpha)
+    module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
+    module.train_targets = train.tgt_text
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=cfg.updates,
+        precision=precision,
+        gradient_clip_val=cfg.train.clip,
+        logger=pl.loggers.CSVLogger(run, name="logs"),
+        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=run / "checkpoints", save_last=True, save_top_k=0)],
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        enable_progress_bar=sys.stderr.isatty(),
+        use_distributed_sampler=False,
+        enable_model_summary=False,
+        log_every_n_steps=10,
+    )
+    last = run / "checkpoints" / "last.ckpt"
+    t0 = time.time()
+    if not (run / "model").exists():
+        trainer.fit(
+            module,
+            train.loader(cfg.batch_tokens, True, 1000 + cfg.seed),
+            ckpt_path=str(last) if last.exists() else None,
+        )
+        model.save_pretrained(run / "model")
+        (run / "model" / "spm.model").write_bytes((init / "spm.model").read_bytes())
+    seconds = time.time() - t0
+    steps = module.step_seconds
+    result = {
+        "arm": cfg.arm,
+        "seed": cfg.seed,
+        "updates": cfg.updates,
+        "cpu": nmt.cpu_label(),
+        "precision": precision,
+        "train_seconds": seconds,
+        "seconds_per_update": sum(steps) / len(steps) if steps else None,
+        "config": dataclasses.asdict(cfg),
+    }
+    result["eval"] = translate_sets(model, sp, data, run, cfg, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
+    (run / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def translate_sets(model, sp, data: Path, run: Path, cfg: Stage2Config, precision: str, name: str) -> dict:
+    """Beam translations of the evaluation sets (scored) and of the blind sets (written to docs/multi30k-outputs)."""
+    out = {}
+    for split in cfg.eval_sets:
+        src, refs = nmt.read_pairs(data, split, cfg.eval_limit)
+        t0 = time.time()
+        hyps = nmt.translate(model, sp, src, beams=cfg.beams, precision=precision)
+        seconds = time.time() - t0
+        (run / f"{split}.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        out[split] = {**metrics.corpus_scores(hyps, refs), "decode_seconds": seconds}
+        logger.info("%s %s: %s", name, split, out[split])
+    if cfg.blind:
+        dest = resolve(cfg.outputs)
+        dest.mkdir(parents=True, exist_ok=True)
+        for path in sorted((data / "blind").glob("*.de")):
+            hyps = nmt.translate(model, sp, nmt.read_lines(path), beams=cfg.beams, precision=precision)
+            (dest / f"{name}.{path.stem}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+    return out
+
+
+@dataclass
+class Stage3Config:
+    data: str = "../shared/data/multi30k"
+    model: str = "runs/multi30k/stage2/best/model"  # the model to decode with (stage 2's best arm)
+    name: str = "best"  # names the blind output files
+    out: str = "runs/multi30k/stage3"
+    split: str = "test_2016_flickr"
+    limit: int | None = None
+    nbest_beams: int = 8
+    sample_sizes: list[int] = field(default_factory=lambda: [16, 32])
+    epsilon: float = 0.02  # epsilon sampling (Hewitt et al. 2022; Freitag et al. 2023 for MBR)
+    seed: int = 0
+    precision: str = "auto"
+    blind: bool = True
+    outputs: str = "docs/multi30k-outputs"
+
+
+def mbr_chrf(cands: list[str]) -> int:
+    """Index of the candidate with the highest mean chrF against the others (reference-free MBR, sacrebleu)."""
+    import sacrebleu
+
+    from rerank import expected_utility
+
+    n = len(cands)
+    u = torch.tensor([[sacrebleu.sentence_chrf(a, [b]).score for b in cands] for a in cands], dtype=torch.float64)
+    return int(expected_utility(u, None, exclude_diagonal=True).argmax()) if n > 1 else 0
+
+
+def stage3(cfg: Stage3Config) -> dict:
+    """Beam-5 top-1 against MBR over beam n-best lists and over samples, with BERTScore and chrF utilities."""
+    from rerank import NBestReranker
+
+    data, folder, out = resolve(cfg.data), resolve(cfg.model), resolve(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    model, sp = load_model(folder)
+    precision = precision_of(cfg.precision)
+    reranker = NBestReranker(scorer=metrics.scorer())  # the same bundled MiniLM that reports BERTScore F
+    src, refs = nmt.read_pairs(data, cfg.split, cfg.limit)
+    sets = {cfg.split: src}
+    if cfg.blind:
+        sets.update({p.stem: nmt.read_lines(p) for p in sorted((data / "blind").glob("*.de"))})
+    rows: dict[str, dict] = {}
+    dest = resolve(cfg.outputs)
+    dest.mkdir(parents=True, exist_ok=True)
+    for name, sources in sets.items():
+        torch.manual_seed(cfg.seed)
+        lists: dict[str, tuple[list[list[str]] | list[str], float]] = {}
+        t0 = time.time()
+        lists["beam5"] = (nmt.translate(model, sp, sources, beams=5, precision=precision), time.time() - t0)
+        t0 = time.time()
+        nbest = nmt.translate(
+            model, sp, sources, beams=cfg.nbest_beams, precision=precision, num_return_sequences=cfg.nbest_beams
+        )
+        lists[f"beam{cfg.nbest_beams}-nbest"] = (nbest, time.time() - t0)
+        for n in cfg.sample_sizes:
+            t0 = time.time()
+            samples = nmt.translate(
+                model,
+                sp,
+                sources,
+                beams=1,
+                precision=precision,
+                do_sample=True,
+                top_k=0,
+                epsilon_cutoff=cfg.epsilon,
+                num_return_sequences=n,
+            )
+            lists[f"eps{n}"] = (samples, time.time() - t0)
+        outputs: dict[str, tuple[list[str], float]] = {"beam5-top1": lists["beam5"]}
+        for key, (cands, gen_seconds) in lists.items():
+            if key == "beam5":
+                continue
+            cands = [c if isinstance(c, list) else [c] for c in cands]
+            if name == cfg.split:
+                (out / f"{cfg.name}-{key}.{name}.json").write_text(json.dumps(cands, ensure_ascii=False))
+            t0 = time.time()
+            best = [r.best for r in reranker.rerank(cands)]
+            outputs[f"{key}+mbr-bertscore"] = (best, gen_seconds + time.time() - t0)
+            t0 = time.time()
+            best = [c[mbr_chrf(c)] for c in cands]
+            outputs[f"{key}+mbr-chrf"] = (best, gen_seconds + time.time() - t0)
+        for key, (hyps, seconds) in outputs.items():
+            (dest / f"{cfg.name}-{key}.{name}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            if name == cfg.split:
+                row = {**metrics.corpus_scores(hyps, refs), "seconds_per_sentence": seconds / len(hyps)}
+                rows[key] = row
+                logger.info("stage 3 %s: %s", key, row)
+    result = {"model": str(folder), "split": cfg.split, "cpu": nmt.cpu_label(), "precision": precision, "rows": rows}
+    (out / f"{cfg.name}-stage3.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="stage", required=True)
+    p1 = sub.add_parser("stage1", help="tokenizer + generator from scratch (cross-entropy)")
+    p1.add_argument("--config")
+    p1.add_argument("--out")
+    p2 = sub.add_parser("stage2", help="fine-tune one arm from the stage-1 model (ce, bertscore, mrt)")
+    p2.add_argument("--config")
+    p2.add_argument("--arm", choices=nmt.ARMS)
+    p2.add_argument("--seed", type=int)
+    p2.add_argument("--out")
+    p3 = sub.add_parser("stage3", help="decode with beam search vs MBR reranking (BERTScore, chrF)")
+    p3.add_argument("--config")
+    p3.add_argument("--model")
+    p3.add_argument("--name")
+    p3.add_argument("--out")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    threads = os.environ.get("THREADS")
+    if threads:
+        torch.set_num_threads(int(threads))
+    if args.stage == "stage1":
+        cfg = load_config(Stage1Config, args.config, {"out": args.out})
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
+        print(json.dumps(stage1(cfg), indent=1))
+    elif args.stage == "stage2":
+        cfg = load_config(Stage2Config, args.config, {"out": args.out, "arm": args.arm, "seed": args.seed})
+        print(json.dumps(stage2(cfg), indent=1))
+    elif args.stage == "stage3":
+        cfg = load_config(Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out})
+        print(json.dumps(stage3(cfg), indent=1))
+
+
+if __name__ == "__main__":
+    main()
