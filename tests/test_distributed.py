@@ -118,6 +118,7 @@ def score_parser() -> _ScoreParser:
     return _ScoreParser()
 
 
+@pytest.mark.slow
 def test_score_command_ddp_spawn_per_line(tiny_bert_dir, tiny_scorer, tmp_path, capsys):
     cands = [c for c in CANDS if c] + ["An odd one out."]  # 9 pairs
     refs = [r if isinstance(r, str) else r[0] for c, r in zip(CANDS, REFS) if c] + ["The odd one."]

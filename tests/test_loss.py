@@ -130,6 +130,7 @@ def test_finite_difference_of_loss_wrt_logits(tiny_bert_dir, max_mode):
         assert out.loss.item() == pytest.approx(hard(logits, refs, mask).loss.item(), abs=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idf", [False, True])
 def test_one_hot_hard_equals_evaluation_mode_on_real_pairs(minilm_encoders, idf):
     cands, refs = real_pairs(per_lp=10, n_sts=40)

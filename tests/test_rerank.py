@@ -266,6 +266,7 @@ def test_interpolation_with_model_scores(tiny, tiny_scorer):
     assert tiny.rerank([cands], ["x"], model_scores=[lp], weight=1.0)[0].best_index == 2
 
 
+@pytest.mark.slow
 def test_tiles_and_chunks_give_the_same_scores(tiny_scorer):
     cands = [["a b c d e f", "a b", "c d e", "f"] * 3, ["x y", "y z", "z"], ["the cat sat on the mat"] * 2]
     base = NBestReranker(scorer=tiny_scorer).rerank(cands, return_utility=True)

@@ -156,6 +156,7 @@ def test_token_log_prior_is_the_smoothed_unigram_log_frequency(tiny_scorer):
         token_log_prior(enc, [])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("idf", [False, True])
 def test_optimise_logits_returns_the_best_exact_argmax_per_reference(tiny_bert_dir, idf):
     corpus = ["a cat sat on the mat", "the dog runs", "a dog sat"]
