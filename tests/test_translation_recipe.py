@@ -139,6 +139,10 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
     for src in sorted((SAMPLE / "blind").glob("*.de")):
         hyps = nmt.read_lines(blind_out / f"mrt-seed0-beam2.{src.stem}.en")
         assert len(hyps) == len(nmt.read_lines(src))
+    recipe.stage2(recipe.dataclasses.replace(cfg, arm="ce", blind=False))
+    table = recipe.report(str(tmp_path / "stage2")).splitlines()
+    assert table[2].startswith("| ce | 0 |") and table[3].startswith("| mrt | 0 |")
+    assert "s0: " in table[3]  # paired bootstrap p-values of mrt vs ce on the same seed
     folder = tmp_path / "stage2" / "mrt-seed0" / "model"
     s3 = recipe.Stage3Config(
         data=str(SAMPLE),

@@ -54,7 +54,7 @@ def paired_bootstrap(baseline: Sequence[str], system: Sequence[str], refs: Seque
         n_samples=BOOTSTRAP_SAMPLES,
     )
     _, results = test()
-    out = {"bleu_p": results["BLEU"][1].p_value, "chrf_p": results["chrF"][1].p_value}
+    out = {"bleu_p": results["BLEU"][1].p_value, "chrf_p": results["chrF2"][1].p_value}  # sacrebleu names it chrF2
     base, sys_ = sentence_bertscore(baseline, refs), sentence_bertscore(system, refs)
     idx = np.random.default_rng(SEED).choice(len(base), size=(BOOTSTRAP_SAMPLES, len(base)), replace=True)
     diffs = np.abs(sys_[idx].mean(1) - base[idx].mean(1))

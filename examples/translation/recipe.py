@@ -352,6 +352,52 @@ def stage3(cfg: Stage3Config) -> dict:
     return result
 
 
+def report(stage2_dir: str, split: str = "test_2016_flickr") -> str:
+    """Markdown table of the stage-2 runs: mean ± std over seeds, paired bootstrap p vs the ce run of each seed."""
+    import statistics
+
+    runs = {}
+    for path in sorted(resolve(stage2_dir).glob("*-seed*/result.json")):
+        r = json.loads(path.read_text())
+        runs[(r["arm"], r["seed"])] = (r, path.parent)
+    first = runs[next(iter(runs))][0]["config"] if runs else {}
+    refs = nmt.read_pairs(resolve(first["data"]), split, first["eval_limit"])[1] if runs else []
+    base_speed = statistics.mean([r["seconds_per_update"] for (a, _), (r, _) in runs.items() if a == "ce"] or [0])
+    lines = [
+        "| arm | seeds | BLEU | chrF | BERTScore F | length ratio | p (BLEU / chrF / BERTScore) vs ce per seed "
+        "| s/update (× ce) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for arm in nmt.ARMS:
+        seeds = sorted(s for a, s in runs if a == arm)
+        if not seeds:
+            continue
+        cols = {}
+        for key in ("bleu", "chrf", "bertscore_f", "length_ratio"):
+            vals = [runs[(arm, s)][0]["eval"][split][key] for s in seeds]
+            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            cols[key] = (
+                f"{statistics.mean(vals):.3f} ± {sd:.3f}"
+                if key == "length_ratio"
+                else (f"{statistics.mean(vals):.2f} ± {sd:.2f}")
+            )
+        pvals = []
+        for s in seeds:
+            if arm == "ce" or ("ce", s) not in runs:
+                continue
+            hyp = nmt.read_lines(runs[(arm, s)][1] / f"{split}.hyp.en")
+            base = nmt.read_lines(runs[("ce", s)][1] / f"{split}.hyp.en")
+            p = metrics.paired_bootstrap(base, hyp, refs)
+            pvals.append(f"s{s}: {p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f}")
+        speed = statistics.mean([runs[(arm, s)][0]["seconds_per_update"] for s in seeds])
+        ratio = f"{speed:.2f} ({speed / base_speed:.1f}×)" if base_speed else f"{speed:.2f}"
+        lines.append(
+            f"| {arm} | {','.join(map(str, seeds))} | {cols['bleu']} | {cols['chrf']} | {cols['bertscore_f']} "
+            f"| {cols['length_ratio']} | {'; '.join(pvals) or '—'} | {ratio} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
@@ -368,6 +414,9 @@ def main(argv: list[str] | None = None) -> None:
     p3.add_argument("--model")
     p3.add_argument("--name")
     p3.add_argument("--out")
+    p4 = sub.add_parser("report", help="stage-2 table: mean ± std over seeds, paired bootstrap vs the ce arm")
+    p4.add_argument("--stage2", default="runs/multi30k/stage2")
+    p4.add_argument("--split", default="test_2016_flickr")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     threads = os.environ.get("THREADS")
@@ -384,6 +433,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "stage3":
         cfg = load_config(Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out})
         print(json.dumps(stage3(cfg), indent=1))
+    elif args.stage == "report":
+        print(report(args.stage2, args.split))
 
 
 if __name__ == "__main__":
