@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from itertools import chain
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -210,6 +210,19 @@ class FrozenEncoder(nn.Module):
     (``"truncate"``, as ``bert-score``, with a warning) or encoded in overlapping windows (``"window"``,
     every ``window_stride`` text tokens; None = half a window).
     """
+
+    # Declared for type checkers (nn.Module's __getattr__ would type them as Tensor | Module).
+    tokenizer: Any
+    model: Any
+    cache: EmbeddingCache
+    special_ids: frozenset[int]
+    name: str
+    is_bundled: bool
+    layer: int
+    num_layers: int
+    max_length: int
+    long_inputs: str
+    window_stride: int | None
 
     def __init__(
         self,

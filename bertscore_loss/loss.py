@@ -76,6 +76,10 @@ class BERTScoreLoss(nn.Module):
     in neither ``parameters()`` nor ``state_dict()``), and follows ``.to()``.
     """
 
+    scorer: BERTScorer  # not a submodule (kept in __dict__), declared for type checkers
+    bridge: VocabBridge | None
+    vocab_weight: Tensor
+
     def __init__(
         self,
         config: ScorerConfig | None = None,
