@@ -7,7 +7,7 @@ import logging
 import os
 import re
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -33,7 +33,10 @@ class SentencePieceVocab:
     of a few special tokens from it.
     """
 
+    sp: Any  # a sentencepiece.SentencePieceProcessor (sentencepiece ships no type information)
+
     def __init__(self, model: str | os.PathLike | object) -> None:
+        sp: Any = model
         if isinstance(model, (str, os.PathLike)):
             import sentencepiece as spm
 
@@ -41,12 +44,12 @@ class SentencePieceVocab:
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"sentencepiece model {path!r} is not a file")
             try:
-                model = spm.SentencePieceProcessor(model_file=path)
+                sp = spm.SentencePieceProcessor(model_file=path)
             except (OSError, RuntimeError) as exc:
                 raise ValueError(f"{path!r} is not a sentencepiece model: {exc}") from exc
-        self.sp = model
-        size = model.get_piece_size()
-        self.all_special_ids = [i for i in range(size) if model.is_control(i) or model.is_unknown(i)]
+        self.sp = sp
+        size = sp.get_piece_size()
+        self.all_special_ids = [i for i in range(size) if sp.is_control(i) or sp.is_unknown(i)]
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()
@@ -111,6 +114,17 @@ class VocabBridge(nn.Module):
     pieces behind them ``piece_index[_first]`` ``[Vg, k]``, ``piece_count[_first]`` ``[Vg]``.
     """
 
+    # Declared for type checkers (nn.Module's __getattr__ would type the buffers as Tensor | Module).
+    embeddings: Tensor
+    first_embeddings: Tensor
+    piece_index: Tensor
+    piece_index_first: Tensor
+    piece_count: Tensor
+    piece_count_first: Tensor
+    _tokenizer: Any  # the encoder's Hugging Face tokenizer (retokenize mode)
+    _call_kwargs: dict[str, Any]
+    _token_bytes: list[bytes]
+
     def __init__(
         self,
         generator_tokenizer: object,
@@ -124,7 +138,10 @@ class VocabBridge(nn.Module):
         if mode not in ("mean", "retokenize"):
             raise ValueError(f"mode must be 'mean' or 'retokenize', got {mode!r}")
         self.mode = mode
-        gen = SentencePieceVocab(generator_tokenizer) if _is_sentencepiece(generator_tokenizer) else generator_tokenizer
+        # A Hugging Face tokenizer or a SentencePieceVocab: used through the few methods they share.
+        gen: Any = (
+            SentencePieceVocab(generator_tokenizer) if _is_sentencepiece(generator_tokenizer) else generator_tokenizer
+        )
         size = len(gen)
         if vocab_size is not None and size != vocab_size:
             raise ValueError(
@@ -285,7 +302,7 @@ class VocabBridge(nn.Module):
         return Retokenized(piece_ids.to(device), piece_mask.to(device), a.to(device), texts)
 
 
-def _token_bytes(tokens: list[str | None], special: set[int], marker: str | None, gen: object) -> list[bytes]:
+def _token_bytes(tokens: list[str | None], special: set[int], marker: str | None, gen: Any) -> list[bytes]:
     """UTF-8 bytes of every generator token as it appears in decoded text (special/None: ``b""``)."""
     out: list[bytes] = []
     byte_map = _unicode_to_byte() if marker == _BYTE_LEVEL_SPACE else {}
@@ -331,7 +348,7 @@ def _piece_table(pieces: list[list[int]], max_pieces: int) -> tuple[Tensor, Tens
 def _word_start_marker(tokens: list[str | None]) -> str | None:
     sample = [t for t in tokens[:5000] if t]
     counts = {m: sum(t.startswith(m) for t in sample) for m in (_BYTE_LEVEL_SPACE, _SENTENCEPIECE_SPACE, "##")}
-    best = max(counts, key=counts.get)
+    best = max(counts, key=lambda m: counts[m])
     return best if counts[best] > 0 else None
 
 
@@ -343,7 +360,7 @@ class _Continuation:
     split by greedy longest match with the ``##`` prefix from its first character, the others as words.
     """
 
-    def __init__(self, tokenizer: object) -> None:
+    def __init__(self, tokenizer: Any) -> None:  # a fast Hugging Face tokenizer with a WordPiece model
         backend = tokenizer.backend_tokenizer
         model = backend.model
         self.normalizer, self.pre_tokenizer = backend.normalizer, backend.pre_tokenizer

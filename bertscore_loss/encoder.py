@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from itertools import chain
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor, nn
@@ -169,10 +169,18 @@ def _set_attr_path(obj: object, path: str, value: object) -> None:
 
 def count_layers(model: nn.Module) -> int:
     """Number of transformer layers of ``model`` (its config's ``num_hidden_layers``)."""
-    cfg = model.config
-    n = getattr(cfg, "num_hidden_layers", None) or getattr(cfg, "n_layers", None) or getattr(cfg, "num_layers", None)
+    return config_layers(model.config, type(model).__name__)
+
+
+def config_layers(config: Any, name: str) -> int:
+    """Number of transformer layers a model ``config`` declares; ``name`` (the model's) for the error."""
+    n = (
+        getattr(config, "num_hidden_layers", None)
+        or getattr(config, "n_layers", None)
+        or getattr(config, "num_layers", None)
+    )
     if n is None:
-        raise ValueError(f"cannot tell how many layers {type(model).__name__} has")
+        raise ValueError(f"cannot tell how many layers {name} has")
     return int(n)
 
 
@@ -183,7 +191,8 @@ def truncate_layers(model: nn.Module, layer: int) -> nn.Module:
         raise ValueError(f"layer {layer} is out of range: valid layers are 0..{total} for this model")
     encoder = getattr(model, "encoder", None)
     if encoder is not None and hasattr(encoder, "albert_layer_groups"):  # ALBERT shares its layers
-        model.config.num_hidden_layers = layer
+        config: Any = model.config  # a transformers PretrainedConfig (nn.Module types it Tensor | Module)
+        config.num_hidden_layers = layer
         return model
     for path in _LAYER_PATHS:
         stack = _get_attr_path(model, path)
@@ -223,6 +232,7 @@ class FrozenEncoder(nn.Module):
     max_length: int
     long_inputs: str
     window_stride: int | None
+    _call_kwargs: dict[str, Any]
 
     def __init__(
         self,
@@ -449,11 +459,11 @@ class FrozenEncoder(nn.Module):
         self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`tokenize` returns them)."""
-        ids = [[int(t) for t in r] for r in ids]
+        rows = [[int(t) for t in r] for r in ids]
         if self.cache.max_bytes == 0:
-            return self.embed_ids(ids, batch_tokens=batch_tokens), ids, 0
-        keys = ["\x00ids:" + ",".join(map(str, r)) for r in ids]
-        by_key = dict(zip(keys, ids))
+            return self.embed_ids(rows, batch_tokens=batch_tokens), rows, 0
+        keys = ["\x00ids:" + ",".join(map(str, r)) for r in rows]
+        by_key = dict(zip(keys, rows))
         return self._embed_cached(keys, lambda ks: Tokenized([by_key[k] for k in ks], 0), batch_tokens, False)
 
     def _embed_cached(
@@ -547,6 +557,7 @@ class FrozenEncoder(nn.Module):
         window, the trailing ones from the last."""
         pre, post = (len(x) for x in self.framing)
         body, stride = self.window_body, self.window_stride
+        assert stride is not None, "long_inputs='window' sets window_stride in __init__"
         work = [list(r) for r in ids]  # a long text's slot holds its first window, further windows go last
         plans: list[tuple[int, list[int], list[int]]] = []  # (text, window slots, window starts)
         for i, row in enumerate(ids):
@@ -640,6 +651,14 @@ class PackedEmbeddings:
         flat = torch.cat(list(embs)) if embs else torch.zeros((0, 0), device=device)
         token_ids = torch.tensor([t for r in ids for t in r], dtype=torch.long, device=device)
         return cls(flat, offsets, lengths, token_ids)
+
+    @overload
+    def gather(self, index: Tensor, token_weight: Tensor, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]: ...
+
+    @overload
+    def gather(
+        self, index: Tensor, token_weight: None = None, width: int | None = None
+    ) -> tuple[Tensor, Tensor, None]: ...
 
     def gather(
         self, index: Tensor, token_weight: Tensor | None = None, width: int | None = None

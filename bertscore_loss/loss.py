@@ -6,7 +6,7 @@ import dataclasses
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -89,7 +89,7 @@ class BERTScoreLoss(nn.Module):
         idf_corpus: Sequence[str] | None = None,
         bridge: VocabBridge | None = None,
         loss: LossConfig | None = None,
-        **fields: object,
+        **fields: Any,
     ) -> None:
         super().__init__()
         loss_fields = {k: fields.pop(k) for k in list(fields) if k in _LOSS_FIELDS}
@@ -284,9 +284,11 @@ class BERTScoreLoss(nn.Module):
     # --- references -----------------------------------------------------------------------------
     def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
         """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
+        # references_are_text checks which of the two kinds ``references`` is; cast() records it for mypy.
         if not references_are_text(references):
+            id_rows = cast("Sequence[Sequence[int]]", references)
             vocab = self.encoder.vocab_size
-            for i, row in enumerate(references):
+            for i, row in enumerate(id_rows):
                 ids = row.tolist() if isinstance(row, Tensor) else list(row)
                 bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
                 if bad:
@@ -294,9 +296,9 @@ class BERTScoreLoss(nn.Module):
                         f"references[{i}] holds token id {bad[0]!r} outside the encoder vocabulary [0, {vocab})"
                     )
             with torch.no_grad():
-                packed, _, _ = self.encoder.embed_token_ids(references)
+                packed, _, _ = self.encoder.embed_token_ids(id_rows)
         else:
-            packed, _ = self.scorer.embed(references)
+            packed, _ = self.scorer.embed(cast("Sequence[str]", references))
         weight = self.scorer.weights(packed, self.scorer.idf if self.scorer.config.idf else None)
         return packed.gather(torch.arange(len(references), device=packed.flat.device), weight)
 

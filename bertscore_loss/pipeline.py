@@ -272,7 +272,10 @@ class ScoringPlan:
         out = reduce_references(prf[0], prf[1], prf[2], group_sizes, self.multi_ref)
         if self.baseline is None:
             return out
-        return Scores(*(rescale(x, b) for x, b in zip(out[:3], self.baseline)), out.ref_index)
+        base = self.baseline
+        return Scores(
+            rescale(out.precision, base[0]), rescale(out.recall, base[1]), rescale(out.f1, base[2]), out.ref_index
+        )
 
     def reduce_blocks(self, blocks: Sequence[Tensor]) -> Scores:
         """Per-row :class:`Scores` ``[sum n_s]`` of blocks ``[3, n_s, m_s]``

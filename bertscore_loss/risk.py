@@ -12,7 +12,7 @@ the source. Its gradient reaches the generator through ``log_probs`` only:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -75,6 +75,8 @@ class MinimumRiskLoss(nn.Module):
     submodule (not in ``parameters()`` nor ``state_dict()``).
     """
 
+    scorer: BERTScorer  # kept in __dict__ (see __init__); declared for type checkers
+
     def __init__(
         self,
         config: ScorerConfig | None = None,
@@ -84,7 +86,7 @@ class MinimumRiskLoss(nn.Module):
         alpha: float = 1.0,
         utility: Utility = "f1",
         reduction: Literal["mean", "sum", "none"] = "mean",
-        **fields: object,
+        **fields: Any,
     ) -> None:
         super().__init__()
         if not alpha > 0:

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 
 import torch
 from torch import Tensor
@@ -41,9 +41,9 @@ class BERTScorer:
         *,
         idf_corpus: Sequence[str] | None = None,
         encoder: FrozenEncoder | None = None,
-        **fields: object,
+        **fields: Any,
     ) -> None:
-        config = dataclasses.replace(config or ScorerConfig(), **fields)  # type: ignore[arg-type]
+        config = dataclasses.replace(config or ScorerConfig(), **fields)
         config.validate()
         self.config = config
         self.encoder: FrozenEncoder = encoder or encoder_for(config)
@@ -218,7 +218,7 @@ class BERTScorer:
         *,
         chunk_size: int = 4096,
         return_ref_index: bool = False,
-    ) -> Iterator[PRF] | Iterator[Scores]:
+    ) -> Iterator[PRF | Scores]:
         """Score ``(candidate, reference(s))`` pairs from any iterable (a generator, a file reader) in
         chunks of ``chunk_size`` pairs, yielding per chunk what :meth:`score` returns for it, in input
         order: a :class:`PRF` ``[chunk]`` (``P, R, F = chunk``), or :class:`Scores` with ``return_ref_index``.

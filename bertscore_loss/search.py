@@ -179,8 +179,16 @@ def optimise_logits(
     prior = prior.detach().to(device, dtype).clone()
     prior[special] = 0.0  # -inf is put back after scaling (0 * -inf would be nan)
     lc = loss.loss_config
-    soft = {"max_mode": "soft", "temperature": cfg.temperature, "inputs": "logits", "gumbel": "soft"}
-    relaxed = BERTScoreLoss(scorer=loss.scorer, loss=dataclasses.replace(lc, **soft, top_k=None, reduction="sum"))
+    relaxed_config = dataclasses.replace(
+        lc,
+        max_mode="soft",
+        temperature=cfg.temperature,
+        inputs="logits",
+        gumbel="soft",
+        top_k=None,
+        reduction="sum",
+    )
+    relaxed = BERTScoreLoss(scorer=loss.scorer, loss=relaxed_config)
     beta_end = lc.beta
     g0, g1 = cfg.gumbel_temperature
     scales = torch.tensor([cfg.prior_scales[r % len(cfg.prior_scales)] for r in range(cfg.restarts)], dtype=dtype)

@@ -11,7 +11,7 @@ import csv
 import io
 import os
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 BOM = "\ufeff"
@@ -52,8 +52,8 @@ def iter_lines(source: str | os.PathLike | io.BufferedIOBase, *, what: str = "in
         yield from _iter_binary(source, getattr(source, "name", "<stream>"))
 
 
-def _iter_binary(fh: io.BufferedIOBase | object, where: str) -> Iterator[str]:
-    for n, raw in enumerate(fh, start=1):  # type: ignore[call-overload]
+def _iter_binary(fh: Iterable[bytes], where: str) -> Iterator[str]:
+    for n, raw in enumerate(fh, start=1):
         if raw.endswith(b"\n"):
             raw = raw[:-2] if raw.endswith(b"\r\n") else raw[:-1]
         line = _decode(raw, where, n)

@@ -10,7 +10,7 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -78,7 +78,7 @@ class NBestReranker:
         expectation: Expectation = "uniform",
         temperature: float = 1.0,
         weight: float = 0.0,
-        **fields: object,
+        **fields: Any,
     ) -> None:
         if scorer is not None:
             if config is not None or fields or encoder is not None or idf_corpus is not None:
@@ -204,7 +204,7 @@ class NBestReranker:
         results = []
         for s, (c, b) in enumerate(zip(cands, bert)):
             ms = None if mscores is None else mscores[s]
-            final = b if weight == 0 else (1.0 - weight) * b + weight * ms
+            final = b if ms is None or weight == 0 else (1.0 - weight) * b + weight * ms  # weight > 0 has ms
             order = torch.sort(final, descending=True, stable=True).indices.tolist()
             results.append(
                 RerankResult(

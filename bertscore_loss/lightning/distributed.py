@@ -183,6 +183,7 @@ class PairScoringModule(pl.LightningModule):
         self._local = []
         if self.global_rank != 0:
             return
+        assert parts is not None, "rank 0 receives the gathered parts"
         index = torch.cat([p[0] for p in parts])
         n = len(self.cands)
         if index.numel() != n or not torch.equal(torch.sort(index).values, torch.arange(n)):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -75,7 +76,7 @@ def baseline_from_corpus(
 
 
 def compute_baseline_file(
-    path: str | os.PathLike, sentences: Sequence[str], model: str | None = None, **kwargs: object
+    path: str | os.PathLike, sentences: Sequence[str], model: str | None = None, **kwargs: Any
 ) -> dict[int, tuple[float, float, float]]:
     """:func:`baseline_from_corpus` written to ``path`` in the ``bert-score`` format; returns the rows."""
     rows = baseline_from_corpus(sentences, model, **kwargs)

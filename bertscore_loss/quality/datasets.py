@@ -59,7 +59,12 @@ class JudgedPairs:
             seen[g] = seen.get(g, 0) + 1
             if seen[g] <= n:
                 keep.append(i)
-        return JudgedPairs(*([lst[i] for i in keep] for lst in (self.cands, self.refs, self.human, self.groups)))
+        return JudgedPairs(
+            [self.cands[i] for i in keep],
+            [self.refs[i] for i in keep],
+            [self.human[i] for i in keep],
+            [self.groups[i] for i in keep],
+        )
 
     @classmethod
     def concat(cls, parts: Iterable[JudgedPairs]) -> JudgedPairs:

@@ -15,7 +15,6 @@ import csv
 import logging
 import math
 import os
-import types
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from ..encoder import (
     ModelNotFoundError,
     PackedEmbeddings,
     bundled_model_path,
-    count_layers,
+    config_layers,
     length_order,
 )
 from ..matching import normalize
@@ -68,7 +67,7 @@ def load_full_encoder(
     if getattr(config, "is_encoder_decoder", False) and getattr(config, "num_layers", None) is not None:
         layers = int(config.num_layers)
     else:
-        layers = count_layers(types.SimpleNamespace(config=config))
+        layers = config_layers(config, type(config).__name__)
     return FrozenEncoder(model, layer=layers, device=device, dtype=dtype, allow_download=allow_download)
 
 

@@ -145,10 +145,15 @@ def similarity_figure(data: TokenSimilarity, *, annotate: bool | None = None):
 
 
 def plot_similarity(
-    cand: str, ref: str, path: str | os.PathLike | None = None, scorer: BERTScorer | None = None, **kwargs: object
+    cand: str,
+    ref: str,
+    path: str | os.PathLike | None = None,
+    scorer: BERTScorer | None = None,
+    *,
+    annotate: bool | None = None,
 ):
     """Heatmap figure of ``cand`` against ``ref`` (see :func:`similarity_figure`), saved as PNG to ``path``."""
-    fig = similarity_figure(token_similarity(cand, ref, scorer), **kwargs)
+    fig = similarity_figure(token_similarity(cand, ref, scorer), annotate=annotate)
     if path is not None:
         fig.savefig(Path(path), format="png")
     return fig
