@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ._version import __version__
-
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
 from .bridge import SentencePieceVocab, VocabBridge
 from .config import ScorerConfig

@@ -653,7 +653,9 @@ class PackedEmbeddings:
         return cls(flat, offsets, lengths, token_ids)
 
     @overload
-    def gather(self, index: Tensor, token_weight: Tensor, width: int | None = None) -> tuple[Tensor, Tensor, Tensor]: ...
+    def gather(
+        self, index: Tensor, token_weight: Tensor, width: int | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]: ...
 
     @overload
     def gather(

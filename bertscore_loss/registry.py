@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import weakref
+from typing import Literal
 
 import torch
 
@@ -93,28 +94,33 @@ def encoder_for(config: ScorerConfig) -> FrozenEncoder:
         return enc
 
 
+_DTYPE_NAMES: dict[torch.dtype, Literal["float32", "bfloat16", "float16"]] = {
+    torch.float32: "float32",
+    torch.bfloat16: "bfloat16",
+    torch.float16: "float16",
+}
+
+
 def get_encoder(
     model: str | None = None,
     layer: int | None = None,
-    dtype: str | torch.dtype = "float32",
+    dtype: Literal["float32", "bfloat16", "float16"] | torch.dtype = "float32",
     device: str | torch.device | None = None,
     *,
     allow_download: bool = False,
-    long_inputs: str = "truncate",
+    long_inputs: Literal["truncate", "window"] = "truncate",
     window_stride: int | None = None,
 ) -> FrozenEncoder:
     """:func:`encoder_for` with the settings as arguments (``dtype`` may be a torch dtype)."""
     if isinstance(dtype, torch.dtype):
-        dtype = {
-            v: k for k, v in {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.items()
-        }[dtype]
+        dtype = _DTYPE_NAMES[dtype]
     config = ScorerConfig(
         model=model,
         layer=layer,
-        dtype=dtype,  # type: ignore[arg-type]
+        dtype=dtype,
         device=None if device is None else str(device),
         allow_download=allow_download,
-        long_inputs=long_inputs,  # type: ignore[arg-type]
+        long_inputs=long_inputs,
         window_stride=window_stride,
     )
     return encoder_for(config)

@@ -11,7 +11,7 @@ import csv
 import io
 import os
 import sys
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
 
 BOM = "\ufeff"
@@ -34,7 +34,7 @@ def _decode(raw: bytes, where: str, line_no: int) -> str:
         raise ValueError(f"{where}:{line_no}: not valid UTF-8 (byte {exc.start} of the line)") from None
 
 
-def iter_lines(source: str | os.PathLike | io.BufferedIOBase, *, what: str = "input") -> Iterator[str]:
+def iter_lines(source: str | os.PathLike | io.BufferedIOBase, *, what: str = "input") -> Generator[str, None, None]:
     """Lines of a UTF-8 file (``"-"`` = standard input) without their ending, read lazily.
 
     Lines end at ``\\n`` or ``\\r\\n`` only; a UTF-8 BOM at the start is dropped; invalid UTF-8 is a

@@ -72,7 +72,7 @@ def references_are_text(references: object) -> bool:
     row: the loss scores one reference per row) is an error naming what was given.
     """
     if hasattr(references, "dim") and hasattr(references, "tolist"):  # a tensor of ids [B, L]
-        if references.dim() != 2:  # type: ignore[attr-defined]
+        if references.dim() != 2:
             raise ValueError("references given as a tensor must be token ids [batch, length]")
         return False
     if isinstance(references, str) or not isinstance(references, Sequence):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from contextlib import ExitStack
 from itertools import zip_longest
 
@@ -60,14 +60,14 @@ def iter_pairs(args: argparse.Namespace) -> Iterator[tuple[str, str | list[str]]
 class _closing:
     """Close a generator (and so its file) when the block ends."""
 
-    def __init__(self, gen: Iterator[str]) -> None:
+    def __init__(self, gen: Generator[str, None, None]) -> None:
         self.gen = gen
 
     def __enter__(self) -> Iterator[str]:
         return self.gen
 
     def __exit__(self, *exc: object) -> None:
-        self.gen.close()  # type: ignore[attr-defined]
+        self.gen.close()
 
 
 def is_distributed(args: argparse.Namespace) -> bool:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+
+T = TypeVar("T")
 
 
 def world() -> tuple[int, int]:
@@ -32,11 +35,11 @@ def all_reduce_sum(values: Sequence[float]) -> list[float]:
     return t.cpu().tolist()
 
 
-def all_gather_objects(obj: object) -> list[object]:
-    """``obj`` of every process, in rank order (``[obj]`` in one process)."""
+def all_gather_objects(obj: T) -> list[T]:
+    """``obj`` of every process, in rank order (``[obj]`` in one process); every process gives one of a kind."""
     _, size = world()
     if size == 1:
         return [obj]
-    out: list[object] = [None] * size
+    out: list[Any] = [None] * size  # filled in place with every rank's object
     dist.all_gather_object(out, obj)
     return out

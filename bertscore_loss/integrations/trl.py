@@ -35,7 +35,7 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def completion_text(completion: Completion) -> str:
+def completion_text(completion: Completion | dict[str, Any]) -> str:
     """The text to score: a string as is; for a list of messages, the assistant messages' text joined by
     newlines (tool calls, tool results and other roles are left out), stripped."""
     if isinstance(completion, str):

@@ -81,6 +81,11 @@ class BERTScoreMetric(Metric):
     higher_is_better = True
     full_state_update = False
 
+    # States added in __init__ (add_state), declared for type checkers; a list state is a tensor after a
+    # DDP sync (see _cat). The measures' states are read by name (getattr).
+    index: list[Tensor]
+    total: Tensor
+
     def __init__(
         self,
         model: str | None = None,
@@ -161,7 +166,7 @@ class BERTScoreMetric(Metric):
             return self._batch_tokens
         return METRIC_CPU_BATCH_TOKENS if device.type == "cpu" else ACCEL_BATCH_TOKENS
 
-    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Metric:
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> torch.nn.Module:
         this = super()._apply(fn, *args, **kwargs)
         if self._scorer.encoder is not None and self._scorer.encoder.device != self.device:
             _ = self.scorer  # rebind now, so the encoder on the old device is released
@@ -171,7 +176,9 @@ class BERTScoreMetric(Metric):
         """Pickle (``ddp_spawn``, ``deepcopy``) without the encoder; it is taken from the registry again."""
         state = super().__getstate__()
         light = copy.copy(self._scorer)
-        light.encoder = None
+        # No encoder in the pickle: None until the ``scorer`` property rebinds one (BERTScorer.encoder is
+        # typed FrozenEncoder for every other user, so the attribute is set through __dict__).
+        light.__dict__["encoder"] = None
         state["_scorer"] = light
         state["_ref_cache"] = EmbeddingCache(self._ref_cache.max_bytes)
         return state
@@ -199,8 +206,9 @@ class BERTScoreMetric(Metric):
         :meth:`compute` returns them in dataset order with duplicates dropped.
         """
         if isinstance(preds, str):
-            preds, target = [preds], [target]
-        cands, groups = check_pairs(preds, target)
+            cands, groups = check_pairs([preds], [target])
+        else:
+            cands, groups = check_pairs(preds, target)
         if index is not None:
             if not self.per_sample:
                 raise ValueError("index is only kept with per_sample=True (running sums cannot drop duplicates)")
@@ -232,9 +240,12 @@ class BERTScoreMetric(Metric):
         if not self.per_sample:
             n = self.total.to(torch.float64)
             return {name: (getattr(self, f"sum_{name}") / n).float() for name in _MEASURES}
-        values = {name: _cat(getattr(self, name)) for name in _MEASURES}
-        if values["f1"] is None:
-            return {name: torch.zeros(0, device=self.device) for name in _MEASURES}
+        values: dict[str, Tensor] = {}
+        for name in _MEASURES:  # the three lists are appended together: all empty or none
+            value = _cat(getattr(self, name))
+            if value is None:
+                return {m: torch.zeros(0, device=self.device) for m in _MEASURES}
+            values[name] = value
         index = _cat(self.index)
         if index is None or (index.numel() == 0 and values["f1"].numel() > 0):
             return values
