@@ -15,7 +15,7 @@ from .bridge import VocabBridge
 from .config import ScorerConfig
 from .encoder import BERTScoreWarning, FrozenEncoder
 from .matching import MaxMode, bertscore, f_score
-from .registry import encoder_on, forget
+from .registry import encoder_on, is_registered, private_copy
 from .scorer import BERTScorer
 from .token_distributions import Gumbel, expected_rows, to_probs
 from .validation import references_are_text
@@ -99,9 +99,6 @@ class BERTScoreLoss(nn.Module):
             raise ValueError("measure must be 'f', 'p' or 'r' and reduction 'mean', 'sum' or 'none'")
         if lc.top_k is not None and lc.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {lc.top_k}")
-        # An encoder of the registry is shared (with a metric of the same settings, say): moving this loss
-        # to another device then switches to the registry's copy there instead of moving it under the others.
-        self._shared_encoder = scorer is None and encoder is None
         if scorer is None:
             scorer = BERTScorer(config, encoder=encoder, idf_corpus=idf_corpus, **fields)
         if scorer.config.idf and scorer.idf is None:
@@ -127,13 +124,13 @@ class BERTScoreLoss(nn.Module):
     def _apply(self, fn: Callable[[Tensor], Tensor], *args: object, **kwargs: object) -> BERTScoreLoss:
         """``.to()``, ``.cuda()``, ``.double()`` ... also move the (unregistered) encoder and its cache.
 
-        An encoder taken from the registry is not moved under its other users by a device change: the
-        loss switches to the registry's copy on the new device. A dtype change (``.double()``) converts
-        the encoder in place and takes it out of the registry (later requests load a fresh one).
+        An encoder taken from the registry is never changed under its other users: a device change
+        switches the loss to the registry's copy on the new device; a dtype change (``.double()``)
+        gives the loss a private copy (outside the registry) in the new dtype.
         """
         super()._apply(fn, *args, **kwargs)
         enc = self.encoder
-        if self._shared_encoder:
+        if is_registered(enc):  # shared with other scorers, losses, metrics: never changed under them
             probe = fn(torch.zeros((), dtype=enc.dtype, device=enc.device))
             if probe.dtype == enc.dtype and probe.device == enc.device:
                 return self
@@ -144,8 +141,8 @@ class BERTScoreLoss(nn.Module):
                     max(self.scorer.encoder.cache.max_bytes, self.loss_config.ref_cache_bytes)
                 )
                 return self
-            forget(enc)
-            self._shared_encoder = False
+            enc = private_copy(enc)
+            self.scorer.encoder = enc
         enc._apply(fn, *args, **kwargs)
         enc.cache.clear()
         return self

@@ -137,6 +137,12 @@ def private_copy(encoder: FrozenEncoder) -> FrozenEncoder:
     return copy.deepcopy(encoder, memo)
 
 
+def is_registered(encoder: FrozenEncoder) -> bool:
+    """True when ``encoder`` is the registry's (other scorers, losses and metrics may hold it)."""
+    with _LOCK:
+        return any(enc is encoder for enc in list(_REGISTRY.values()))
+
+
 def forget(encoder: FrozenEncoder) -> None:
     """Take ``encoder`` out of the registry (e.g. after converting it in place); holders keep it."""
     with _LOCK:

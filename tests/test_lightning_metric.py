@@ -14,6 +14,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from bertscore_loss import BERTScorer, write_baseline
+from bertscore_loss.cache import EmbeddingCache
 from bertscore_loss.lightning import BERTScoreMetric
 from bertscore_loss.lightning.distributed import ShardSampler, shard_indices
 from bertscore_loss.lightning.registry import get_encoder, loaded_encoders
@@ -128,6 +129,9 @@ def test_reference_cache_skips_references_and_keeps_results(tiny_bert_dir, monke
     plain = BERTScoreMetric(tiny_bert_dir, 2, per_sample=True, ref_cache_bytes=0)
     enc = cached.scorer.encoder
     assert plain.scorer.encoder is enc
+    # The registry shares this encoder with earlier tests' scorers and losses (a loss turns on the
+    # encoder's own text cache): measure the metric's reference cache with that one off.
+    monkeypatch.setattr(enc, "cache", EmbeddingCache(0))
     encoded: list[int] = []
     real = enc.embed_ids
 

@@ -214,7 +214,8 @@ def test_frozen_encoder_discipline(tiny_bert_dir):
     assert all(p.grad is None for p in enc.parameters())
     assert gen.head.weight.grad is not None and gen.head.weight.grad.abs().sum() > 0
     gen.to(torch.float64)
-    assert enc.dtype == torch.float64 and gen.metric.vocab_weight.dtype == torch.float64
+    assert gen.metric.encoder.dtype == torch.float64 and gen.metric.vocab_weight.dtype == torch.float64
+    assert enc.dtype == torch.float32  # the registry's shared encoder is not converted under its other users
     gen.load_state_dict(gen.state_dict())  # strict round trip works without encoder keys
 
 
