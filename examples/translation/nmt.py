@@ -7,6 +7,7 @@ token-budget batches, inverse-square-root learning rate).
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import random
@@ -313,8 +314,9 @@ class Translator(pl.LightningModule):
         from bertscore_loss.lightning import BERTScoreMetric
 
         self.val_bertscore = BERTScoreMetric()
-        self._t0 = None
+        self._t0: float | None = None
         self.history: list[dict] = []
+        self.curve_path: Path | None = None
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(
@@ -364,6 +366,9 @@ class Translator(pl.LightningModule):
             "val_seconds": time.perf_counter() - t0,
         }
         self.history.append(row)
+        if self.curve_path is not None:  # one row per validated epoch, across resumes (written as it goes)
+            with open(self.curve_path, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps({**row, "cpu": cpu_label(), "precision": self.precision_name}) + "\n")
         logger.info("epoch %d step %d: val BLEU %.2f BERTScore F %.2f", self.current_epoch, self.global_step, bleu, f1)
         self.log("val/bleu", bleu)
         self.log("val/bertscore_f", f1)

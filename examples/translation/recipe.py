@@ -92,6 +92,7 @@ def stage1(cfg: Stage1Config) -> dict:
     precision = precision_of(cfg.precision)
     model = nmt.build_model(cfg.model, sp.get_piece_size())
     module = nmt.Translator(model, sp, cfg.train, val, precision)
+    module.curve_path = out / "curve.jsonl"  # one row per validated epoch, appended as it goes
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=out / "checkpoints",
         monitor="val/bleu",
@@ -127,12 +128,7 @@ def stage1(cfg: Stage1Config) -> dict:
     model.load_state_dict({k[len("model.") :]: v for k, v in best["state_dict"].items() if k.startswith("model.")})
     model.save_pretrained(out / "model")
     (out / "model" / "spm.model").write_bytes(spm_path.read_bytes())
-    result = {"best": ckpt.best_model_path, "cpu": nmt.cpu_label(), "precision": precision, "curve": module.history}
-    with open(out / "curve.jsonl", "a", encoding="utf-8") as fh:  # one row per validated epoch, across resumes
-        fh.writelines(
-            json.dumps({**row, "cpu": result["cpu"], "precision": precision}) + "\n" for row in module.history
-        )
-    return result
+    return {"best": ckpt.best_model_path, "cpu": nmt.cpu_label(), "precision": precision, "curve": module.history}
 
 
 @dataclass
