@@ -8,10 +8,12 @@ metric, the reranker, the heatmap and the layer tools drive it. The math is :mod
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from typing import NamedTuple
+from typing import NamedTuple, ParamSpec, TypeVar
 
 import torch
 from torch import Tensor
@@ -23,6 +25,9 @@ from .encoder import BERTScoreWarning, PackedEmbeddings
 from .idf import idf_table, token_weights
 from .matching import cosine_matrix, greedy_match, precision_recall_f, rescale
 from .pairs import score_pairs
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
 
 #: Cosine entries per chunk of reranking blocks when none is configured (whole sources: big chunks).
 BLOCK_MAX_ELEMENTS = 1 << 24
@@ -73,6 +78,21 @@ def reduce_references(p: Tensor, r: Tensor, f: Tensor, group_sizes: Sequence[int
     else:
         picked = table.max(dim=2).values
     return Scores(picked[0], picked[1], picked[2], best)
+
+
+def exact(method: Callable[_P, _T]) -> Callable[_P, _T]:
+    """Evaluation-mode work runs in the encoder's own dtype, never under a caller's ``torch.autocast``
+    (e.g. a risk or a metric computed inside a ``bf16-mixed`` training step stays exact)."""
+
+    @functools.wraps(method)
+    def run(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(torch.autocast("cpu", enabled=False))
+            if torch.cuda.is_available():
+                stack.enter_context(torch.autocast("cuda", enabled=False))
+            return method(*args, **kwargs)
+
+    return run
 
 
 class ScoringPlan:
@@ -130,6 +150,7 @@ class ScoringPlan:
         return torch.tensor([key.setdefault(t.strip(), len(key)) for t in texts], dtype=torch.long)
 
     # --- 2. embeddings and weights ----------------------------------------------------------------
+    @exact
     def embed(
         self,
         idf_rows: Tensor | None = None,
@@ -231,6 +252,7 @@ class ScoringPlan:
                 )
 
     # --- 3. matching -------------------------------------------------------------------------------
+    @exact
     def score_pairs(self, cand_rows: Tensor, ref_rows: Tensor, packed: PackedEmbeddings | None = None) -> Tensor:
         """P, R, F ``[3, n]`` (float32, on the embeddings' device) of the pairs ``(cand_rows[k], ref_rows[k])``.
 
@@ -244,6 +266,7 @@ class ScoringPlan:
         )
         return torch.stack((p, r, f))
 
+    @exact
     def score_blocks(self, rows: Sequence[Tensor], cols: Sequence[Tensor], *, progress: bool = False) -> list[Tensor]:
         """P, R, F ``[3, n_s, m_s]`` (float32, CPU) of every (``rows[s][i]``, ``cols[s][j]``) pair, per block ``s``."""
         if self.packed is None or self.weight is None:

@@ -143,3 +143,14 @@ def test_sequence_log_probs_sum_and_mean():
         sequence_log_probs(logits, torch.tensor([[1, 5, 0], [0, 0, 0]]))
     with pytest.raises(ValueError, match=r"\[N, T, V\]"):
         sequence_log_probs(logits, labels[:, :2])
+
+
+def test_exact_scores_inside_a_bf16_autocast_training_step(scorer):
+    """The evaluation mode ignores a caller's autocast: the risk of a bf16-mixed step is the fp32 one."""
+    want = scorer.score(CANDS[0], [REFS[0]] * 4)[2]
+    lp = torch.zeros(2, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got = scorer.score(CANDS[0], [REFS[0]] * 4)[2]
+        out = MinimumRiskLoss(scorer=scorer)(lp, CANDS, REFS)
+    assert got.dtype == torch.float32 and torch.equal(got, want)
+    torch.testing.assert_close(out.utility[0], want, atol=0, rtol=0)

@@ -412,6 +412,9 @@ class FineTuner(Translator):
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, self.cfg.warmup)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def on_train_start(self) -> None:
+        self.model.train()  # from_pretrained() returns eval mode: without this, dropout would be off in every arm
+
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self._step_t0 = time.perf_counter()
 

@@ -348,6 +348,24 @@ def stage3(cfg: Stage3Config) -> dict:
     return result
 
 
+def evaluate(model_dir: str, data: str, split: str, beams: int, precision: str, limit: int | None = None) -> dict:
+    """Beam translations of one split by a saved model folder, with the reported scores."""
+    model, sp = load_model(resolve(model_dir))
+    src, refs = nmt.read_pairs(resolve(data), split, limit)
+    t0 = time.time()
+    hyps = nmt.translate(model, sp, src, beams=beams, precision=precision_of(precision))
+    seconds = time.time() - t0
+    return {
+        "model": model_dir,
+        "split": split,
+        "beams": beams,
+        **metrics.corpus_scores(hyps, refs),
+        "seconds_per_sentence": seconds / len(src),
+        "cpu": nmt.cpu_label(),
+        "precision": precision_of(precision),
+    }
+
+
 def report(stage2_dir: str, split: str = "test_2016_flickr") -> str:
     """Markdown table of the stage-2 runs: mean ± std over seeds, paired bootstrap p vs the ce run of each seed."""
     import statistics
@@ -413,6 +431,13 @@ def main(argv: list[str] | None = None) -> None:
     p4 = sub.add_parser("report", help="stage-2 table: mean ± std over seeds, paired bootstrap vs the ce arm")
     p4.add_argument("--stage2", default="runs/multi30k/stage2")
     p4.add_argument("--split", default="test_2016_flickr")
+    p5 = sub.add_parser("evaluate", help="beam-translate one split with a saved model and score it")
+    p5.add_argument("--model", default="runs/multi30k/stage1/model")
+    p5.add_argument("--data", default="../shared/data/multi30k")
+    p5.add_argument("--split", default="test_2016_flickr")
+    p5.add_argument("--beams", type=int, default=5)
+    p5.add_argument("--precision", default="auto")
+    p5.add_argument("--limit", type=int)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     threads = os.environ.get("THREADS")
@@ -429,6 +454,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "stage3":
         cfg = load_config(Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out})
         print(json.dumps(stage3(cfg), indent=1))
+    elif args.stage == "evaluate":
+        print(json.dumps(evaluate(args.model, args.data, args.split, args.beams, args.precision, args.limit), indent=1))
     elif args.stage == "report":
         print(report(args.stage2, args.split))
 
