@@ -23,6 +23,7 @@ from torch import Tensor
 from bertscore_loss import BERTScoreLoss, BERTScorer, VocabBridge
 
 from ._dist import all_reduce_sum, world
+from ._scorer import resident_scorer
 
 logger = logging.getLogger(__name__)
 
@@ -84,12 +85,7 @@ class BERTScoreMetrics:
     ) -> None:
         if distributed not in ("shard", "replicate"):
             raise ValueError(f"distributed must be 'shard' or 'replicate', got {distributed!r}")
-        if scorer is None:
-            scorer = BERTScorer(cache_bytes=cache_bytes, **fields)
-        elif fields:
-            raise ValueError("pass scorer fields or a scorer, not both")
-        elif cache_bytes and scorer.encoder.cache.max_bytes < cache_bytes:
-            scorer.encoder.enable_cache(cache_bytes)
+        scorer = resident_scorer(scorer, cache_bytes, fields)
         self.tokenizer = tokenizer
         self.scorer = scorer
         self.prefix = prefix

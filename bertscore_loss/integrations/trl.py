@@ -21,6 +21,7 @@ from typing import Any
 from bertscore_loss import BERTScorer
 
 from ._dist import all_gather_objects, world
+from ._scorer import resident_scorer
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +91,7 @@ class BERTScoreReward:
     ) -> None:
         if measure not in ("precision", "recall", "f1"):
             raise ValueError(f"measure must be 'precision', 'recall' or 'f1', got {measure!r}")
-        if scorer is None:
-            scorer = BERTScorer(cache_bytes=cache_bytes, **fields)
-        elif fields:
-            raise ValueError("pass scorer fields or a scorer, not both")
-        elif cache_bytes and scorer.encoder.cache.max_bytes < cache_bytes:
-            scorer.encoder.enable_cache(cache_bytes)
+        scorer = resident_scorer(scorer, cache_bytes, fields)
         self.scorer = scorer
         self.reference_column = reference_column
         self.measure = measure

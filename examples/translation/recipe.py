@@ -195,6 +195,7 @@ def stage2(cfg: Stage2Config) -> dict:
             risk = MinimumRiskLoss(scorer=scorer, alpha=cfg.alpha)
     module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
     module.train_targets = train.tgt_text
+    model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
     trainer = pl.Trainer(
         accelerator="cpu",
         max_steps=cfg.updates,
@@ -422,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
     p2.add_argument("--config")
     p2.add_argument("--arm", choices=nmt.ARMS)
     p2.add_argument("--seed", type=int)
+    p2.add_argument("--weight", type=float, help="lambda of the semantic term (overrides the config)")
     p2.add_argument("--out")
     p3 = sub.add_parser("stage3", help="decode with beam search vs MBR reranking (BERTScore, chrF)")
     p3.add_argument("--config")
@@ -449,7 +451,8 @@ def main(argv: list[str] | None = None) -> None:
             torch.set_num_threads(cfg.threads)
         print(json.dumps(stage1(cfg), indent=1))
     elif args.stage == "stage2":
-        cfg = load_config(Stage2Config, args.config, {"out": args.out, "arm": args.arm, "seed": args.seed})
+        overrides = {"out": args.out, "arm": args.arm, "seed": args.seed, "weight": args.weight}
+        cfg = load_config(Stage2Config, args.config, overrides)
         print(json.dumps(stage2(cfg), indent=1))
     elif args.stage == "stage3":
         cfg = load_config(Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out})
