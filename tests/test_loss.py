@@ -190,7 +190,7 @@ def test_coordinate_search_takes_adam_past_095(minilm_encoders):
     text = scorer.encoder.tokenizer.decode(found.ids[0])
     final = scorer.score([text], [reference])[2].item()
     assert final >= 0.95, (adam.value.item(), final, text)  # measured 0.9800
-    assert final == pytest.approx(0.980, abs=0.015)
+    assert final >= 0.965  # measured 0.980 (1 thread) and 1.000 (2 threads): the search path depends on float ties
     assert found.start.item() == pytest.approx(adam.value.item(), abs=1e-5)
     assert found.value.item() == pytest.approx(final, abs=1e-5)
 
