@@ -13,7 +13,7 @@ import math
 import random
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytorch_lightning as pl
@@ -270,12 +270,6 @@ def translate(
     return out
 
 
-def length_ratio(hyps: Sequence[str], refs: Sequence[str]) -> float:
-    """Output/reference length ratio as sacreBLEU counts it (its tokenised lengths)."""
-    bleu = sacrebleu.corpus_bleu(list(hyps), [list(refs)])
-    return bleu.sys_len / max(1, bleu.ref_len)
-
-
 # ---------------------------------------------------------------------------------------------- lightning
 @dataclass
 class TrainConfig:
@@ -287,7 +281,6 @@ class TrainConfig:
     clip: float = 1.0
     val_beams: int = 1
     val_limit: int | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def inverse_sqrt(warmup: int):
