@@ -106,8 +106,8 @@ class VocabBridge(nn.Module):
     ``generator_tokenizer``: a Hugging Face tokenizer, a sentencepiece ``.model`` file, or a
     ``sentencepiece.SentencePieceProcessor`` (see :class:`SentencePieceVocab`). ``vocab_size``: the
     generator's output size (``logits.shape[-1]``); when given, a tokenizer of another size is refused,
-    and :class:`BERTScoreLoss` refuses logits of another size in any case. A tokenizer that yields no text
-    for most of its ids (e.g. ``T5Tokenizer(vocab_file=...)`` around a plain sentencepiece model, which
+    and :class:`BERTScoreLoss` refuses logits of another size in any case. A tokenizer with text for fewer
+    than a tenth of its ids (e.g. ``T5Tokenizer(vocab_file=...)`` around a plain sentencepiece model, which
     transformers 5 turns into a few special tokens) is refused too.
 
     Buffers (not saved in ``state_dict``): ``embeddings``/``first_embeddings`` ``[Vg, d]``, and the
