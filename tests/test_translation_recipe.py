@@ -128,10 +128,21 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         eval_limit=6,
         outputs=str(blind_out),
         beams=2,
+        eval_sets=["test_2016_flickr"],
         train=nmt.TrainConfig(lr=1e-4, warmup=1),
     )
+    first = recipe.stage2(cfg)
+    assert first["updates"] == 2 and first["seconds_per_update"] > 0 and set(first["eval"]) == {"test_2016_flickr"}
+    # Rerun of a finished run: no training, its figures kept, only the missing set added, with the tuned model.
+    cfg = recipe.dataclasses.replace(cfg, eval_sets=["val", "test_2016_flickr"])
     result = recipe.stage2(cfg)
-    assert result["updates"] == 2 and result["seconds_per_update"] > 0
+    assert result["seconds_per_update"] == first["seconds_per_update"]
+    assert result["eval"]["test_2016_flickr"] == first["eval"]["test_2016_flickr"]
+    tuned, sp = recipe.load_model(tmp_path / "stage2" / "mrt-seed0" / "model")
+    val_src = nmt.read_pairs(SAMPLE, "val", 6)[0]
+    assert nmt.read_lines(tmp_path / "stage2" / "mrt-seed0" / "val.hyp.en") == nmt.translate(
+        tuned, sp, val_src, beams=2, precision="32-true"
+    )
     for split in ("val", "test_2016_flickr"):
         row = result["eval"][split]
         assert 0 <= row["bleu"] <= 100 and 0 <= row["bertscore_f"] <= 100 and row["length_ratio"] >= 0
@@ -143,6 +154,25 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
     table = recipe.report(str(tmp_path / "stage2")).splitlines()
     assert table[2].startswith("| ce | 0 |") and table[3].startswith("| mrt | 0 |")
     assert "s0: " in table[3]  # paired bootstrap p-values of mrt vs ce on the same seed
+    # A val-sweep run through the command line: --set overrides YAML options (nested ones merge).
+    config = tmp_path / "stage2.yaml"
+    raw = recipe.dataclasses.asdict(recipe.dataclasses.replace(cfg, arm="ce", blind=False))
+    config.write_text(recipe.yaml.safe_dump(raw))
+    sweep = tmp_path / "sweep" / "ce-lr"
+    recipe.main(
+        ["stage2", "--config", str(config), "--out", str(sweep), "--set", "train.lr=0.002", "--set", "eval_sets=[val]"]
+    )
+    swept = json.loads((sweep / "ce-seed0" / "result.json").read_text())
+    assert swept["config"]["train"] == json.loads(json.dumps({**raw["train"], "lr": 0.002})) and set(swept["eval"]) == {
+        "val"
+    }
+    rows = recipe.sweep_report(str(tmp_path / "sweep"), str(tmp_path / "stage2")).splitlines()
+    assert [r.split(" | ")[:2] for r in rows[2:]] == [["| stage2", "ce"], ["| stage2", "mrt"], ["| ce-lr", "ce"]]
+    assert "weight=1.0, alpha=1.0, samples=3" in rows[3]
+    with pytest.raises(SystemExit, match="expected key=value"):
+        recipe.parse_sets(["lr"])
+    with pytest.raises(SystemExit, match="unknown option 'lr'"):
+        recipe.load_config(recipe.Stage2Config, None, {}, ["lr=1"])
     folder = tmp_path / "stage2" / "mrt-seed0" / "model"
     s3 = recipe.Stage3Config(
         data=str(SAMPLE),
@@ -169,6 +199,14 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         for utility in ("bertscore", "chrf"):
             chosen = nmt.read_lines(blind_out / f"smoke-{key}+mbr-{utility}.test_2016_flickr.en")
             assert len(chosen) == 5 and all(c in cands[i] for i, c in enumerate(chosen))
+    # The blind sets alone (scored: false): every decoder's output, one line per source line; scored rows kept.
+    blind = recipe.stage3(recipe.dataclasses.replace(s3, name="blindonly", scored=False, blind=True))
+    assert blind["rows"] == {} and not (tmp_path / "stage3" / "blindonly-stage3.json").exists()
+    for src in sorted((SAMPLE / "blind").glob("*.de")):
+        assert set(blind["blind_seconds_per_sentence"][src.stem]) == set(rows)
+        for key in rows:
+            out = nmt.read_lines(blind_out / f"blindonly-{key}.{src.stem}.en")
+            assert len(out) == len(nmt.read_lines(src))
 
 
 def test_mbr_chrf_picks_the_consensus(recipe):

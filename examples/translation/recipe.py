@@ -48,9 +48,27 @@ class Stage1Config:
     train: nmt.TrainConfig = field(default_factory=nmt.TrainConfig)
 
 
-def load_config(cls, path: str | None, overrides: dict):
+def parse_sets(items: list[str] | None) -> dict:
+    """``["key=value", "train.lr=3e-4"]`` -> ``{"key": value, "train": {"lr": 3e-4}}`` (values read as YAML)."""
+    out: dict = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {item!r}: expected key=value")
+        head, _, sub = key.partition(".")
+        if sub:
+            out.setdefault(head, {})[sub] = yaml.safe_load(value)
+        else:
+            out[head] = yaml.safe_load(value)
+    return out
+
+
+def load_config(cls, path: str | None, overrides: dict, sets: list[str] | None = None):
+    """The YAML file, then the named options, then ``--set key=value`` items (``train.lr=...`` merges)."""
     raw = yaml.safe_load(Path(path).read_text()) if path else {}
     raw = {**(raw or {}), **{k: v for k, v in overrides.items() if v is not None}}
+    for key, value in parse_sets(sets).items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
     kwargs = {}
     names = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in raw.items():
@@ -211,15 +229,30 @@ def stage2(cfg: Stage2Config) -> dict:
         log_every_n_steps=10,
     )
     last = run / "checkpoints" / "last.ckpt"
-    t0 = time.time()
-    if not (run / "model").exists():
-        trainer.fit(
-            module,
-            train.loader(cfg.batch_tokens, True, 1000 + cfg.seed),
-            ckpt_path=str(last) if last.exists() else None,
+    done = run / "result.json"
+    if (run / "model").exists() and done.exists():
+        # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
+        result = json.loads(done.read_text())
+        model, _ = load_model(run / "model")
+        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
+        blind = cfg.blind and not all(
+            (resolve(cfg.outputs) / f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}.{p.stem}.en").exists()
+            for p in (data / "blind").glob("*.de")
         )
-        model.save_pretrained(run / "model")
-        (run / "model" / "spm.model").write_bytes((init / "spm.model").read_bytes())
+        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
+        result["eval"].update(
+            translate_sets(model, sp, data, run, more, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
+        )
+        done.write_text(json.dumps(result, indent=1))
+        return result
+    t0 = time.time()
+    trainer.fit(
+        module,
+        train.loader(cfg.batch_tokens, True, 1000 + cfg.seed),
+        ckpt_path=str(last) if last.exists() else None,
+    )
+    model.save_pretrained(run / "model")
+    (run / "model" / "spm.model").write_bytes((init / "spm.model").read_bytes())
     seconds = time.time() - t0
     steps = module.step_seconds
     result = {
@@ -233,7 +266,7 @@ def stage2(cfg: Stage2Config) -> dict:
         "config": dataclasses.asdict(cfg),
     }
     result["eval"] = translate_sets(model, sp, data, run, cfg, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
-    (run / "result.json").write_text(json.dumps(result, indent=1))
+    done.write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -271,6 +304,7 @@ class Stage3Config:
     seed: int = 0
     precision: str = "auto"
     blind: bool = True
+    scored: bool = True  # decode and score `split`; False with blind: true decodes the blind sets only
     outputs: str = "docs/multi30k-outputs"
 
 
@@ -295,10 +329,11 @@ def stage3(cfg: Stage3Config) -> dict:
     precision = precision_of(cfg.precision)
     reranker = NBestReranker(scorer=metrics.scorer())  # the same bundled MiniLM that reports BERTScore F
     src, refs = nmt.read_pairs(data, cfg.split, cfg.limit)
-    sets = {cfg.split: src}
+    sets = {cfg.split: src} if cfg.scored else {}
     if cfg.blind:
         sets.update({p.stem: nmt.read_lines(p) for p in sorted((data / "blind").glob("*.de"))})
     rows: dict[str, dict] = {}
+    blind_speed: dict[str, dict[str, float]] = {}
     dest = resolve(cfg.outputs)
     dest.mkdir(parents=True, exist_ok=True)
     for name, sources in sets.items():
@@ -344,8 +379,11 @@ def stage3(cfg: Stage3Config) -> dict:
                 row = {**metrics.corpus_scores(hyps, refs), "seconds_per_sentence": seconds / len(hyps)}
                 rows[key] = row
                 logger.info("stage 3 %s: %s", key, row)
+            else:
+                blind_speed.setdefault(name, {})[key] = seconds / len(hyps)
     result = {"model": str(folder), "split": cfg.split, "cpu": nmt.cpu_label(), "precision": precision, "rows": rows}
-    (out / f"{cfg.name}-stage3.json").write_text(json.dumps(result, indent=1))
+    result["blind_seconds_per_sentence"] = blind_speed
+    (out / f"{cfg.name}-stage3{'' if cfg.scored else '-blind'}.json").write_text(json.dumps(result, indent=1))
     return result
 
 
@@ -413,26 +451,60 @@ def report(stage2_dir: str, split: str = "test_2016_flickr") -> str:
     return "\n".join(lines)
 
 
+BERTSCORE_SETTINGS = ("weight", "temperature", "max_mode", "gumbel", "bridge_mode", "top_k")
+
+
+def sweep_report(sweep_dir: str, stage2_dir: str = "runs/multi30k/stage2", split: str = "val", seed: int = 0) -> str:
+    """Markdown table of the val sweep: every run under ``sweep_dir`` beside the stage-2 runs of ``seed``."""
+    found = [("stage2", p) for p in sorted(resolve(stage2_dir).glob(f"*-seed{seed}/result.json"))]
+    found += [(p.parent.parent.name, p) for p in sorted(resolve(sweep_dir).glob(f"*/*-seed{seed}/result.json"))]
+    lines = [
+        f"| run | arm | settings | {split} BLEU | chrF | BERTScore F | length ratio | s/update |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, path in found:
+        r = json.loads(path.read_text())
+        if split not in r["eval"]:
+            continue
+        e, c = r["eval"][split], r["config"]
+        keys = {"ce": (), "mrt": ("weight", "alpha", "samples")}.get(r["arm"], BERTSCORE_SETTINGS)
+        settings = ", ".join(f"{k}={c[k]}" for k in keys if k in c) or "—"
+        speed = r.get("seconds_per_update")
+        lines.append(
+            f"| {name} | {r['arm']} | {settings} | {e['bleu']:.2f} | {e['chrf']:.2f} | {e['bertscore_f']:.2f} "
+            f"| {e['length_ratio']:.3f} | {f'{speed:.2f}' if speed else '—'} |"
+        )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     p1 = sub.add_parser("stage1", help="tokenizer + generator from scratch (cross-entropy)")
     p1.add_argument("--config")
+    p1.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p1.add_argument("--out")
     p2 = sub.add_parser("stage2", help="fine-tune one arm from the stage-1 model (ce, bertscore, mrt)")
     p2.add_argument("--config")
+    p2.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p2.add_argument("--arm", choices=nmt.ARMS)
     p2.add_argument("--seed", type=int)
     p2.add_argument("--weight", type=float, help="lambda of the semantic term (overrides the config)")
     p2.add_argument("--out")
     p3 = sub.add_parser("stage3", help="decode with beam search vs MBR reranking (BERTScore, chrF)")
     p3.add_argument("--config")
+    p3.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p3.add_argument("--model")
     p3.add_argument("--name")
     p3.add_argument("--out")
     p4 = sub.add_parser("report", help="stage-2 table: mean ± std over seeds, paired bootstrap vs the ce arm")
     p4.add_argument("--stage2", default="runs/multi30k/stage2")
     p4.add_argument("--split", default="test_2016_flickr")
+    p6 = sub.add_parser("sweep-report", help="val sweep table: every sweep run beside the stage-2 runs of one seed")
+    p6.add_argument("--sweep", default="runs/multi30k/sweep")
+    p6.add_argument("--stage2", default="runs/multi30k/stage2")
+    p6.add_argument("--split", default="val")
+    p6.add_argument("--seed", type=int, default=0)
     p5 = sub.add_parser("evaluate", help="beam-translate one split with a saved model and score it")
     p5.add_argument("--model", default="runs/multi30k/stage1/model")
     p5.add_argument("--data", default="../shared/data/multi30k")
@@ -446,21 +518,25 @@ def main(argv: list[str] | None = None) -> None:
     if threads:
         torch.set_num_threads(int(threads))
     if args.stage == "stage1":
-        cfg = load_config(Stage1Config, args.config, {"out": args.out})
+        cfg = load_config(Stage1Config, args.config, {"out": args.out}, args.set)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         print(json.dumps(stage1(cfg), indent=1))
     elif args.stage == "stage2":
         overrides = {"out": args.out, "arm": args.arm, "seed": args.seed, "weight": args.weight}
-        cfg = load_config(Stage2Config, args.config, overrides)
+        cfg = load_config(Stage2Config, args.config, overrides, args.set)
         print(json.dumps(stage2(cfg), indent=1))
     elif args.stage == "stage3":
-        cfg = load_config(Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out})
+        cfg = load_config(
+            Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out}, args.set
+        )
         print(json.dumps(stage3(cfg), indent=1))
     elif args.stage == "evaluate":
         print(json.dumps(evaluate(args.model, args.data, args.split, args.beams, args.precision, args.limit), indent=1))
     elif args.stage == "report":
         print(report(args.stage2, args.split))
+    elif args.stage == "sweep-report":
+        print(sweep_report(args.sweep, args.stage2, args.split, args.seed))
 
 
 if __name__ == "__main__":
