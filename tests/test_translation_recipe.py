@@ -213,3 +213,23 @@ def test_mbr_chrf_picks_the_consensus(recipe):
     cands = ["a dog runs on the grass", "a dog runs on grass", "a cat sleeps", "a dog is running on the grass"]
     assert recipe.mbr_chrf(cands) in (0, 1)
     assert recipe.mbr_chrf(["only one"]) == 0
+
+
+def test_mbr_pools_leave_one_out_is_the_rerankers_mbr_and_picks_come_from_their_pools():
+    from bertscore_loss import BERTScorer
+    from rerank import NBestReranker
+
+    pools = _load("mbr_pools")
+    samples = [
+        ["a dog runs on the grass", "a dog runs on grass", "a cat sleeps", "the dog is running"],
+        ["two men play music", "two men are playing music", "a man sings"],
+    ]
+    nbest = [["a dog is running on the grass", "a dog runs"], ["two men are playing instruments"]]
+    reranker = NBestReranker(scorer=BERTScorer())
+    picks = pools.choose(nbest, samples, reranker)
+    assert picks["loo"] == [r.best for r in reranker.rerank(samples)]  # include_self=False: leave-one-out
+    for i in range(2):
+        assert picks["nbest"][i] in nbest[i]
+        assert picks["pool-self"][i] in samples[i] + nbest[i] and picks["pool-loo"][i] in samples[i] + nbest[i]
+    # n-best vs samples = the reranker's MBR of the n-best list with the samples as pseudo-references
+    assert picks["nbest"] == [r.best for r in reranker.rerank(nbest, pseudo_references=samples)]

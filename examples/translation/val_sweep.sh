@@ -5,17 +5,24 @@
 # Usage: bash examples/translation/val_sweep.sh [name ...]   (default: all variants below)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-declare -A VARIANTS=(
-  [bertscore-t0.1]="--arm bertscore --set temperature=0.1"
-  [bertscore-t0.02]="--arm bertscore --set temperature=0.02"
-  [bertscore-gumbel]="--arm bertscore --set gumbel=soft"
-  [bertscore-soft]="--arm bertscore --set max_mode=soft"
-  [bertscore-mean]="--arm bertscore --set bridge_mode=mean"
-  [mrt-w10]="--arm mrt --weight 10"
+declare -A VARIANTS=(  # every variant names all its swept settings, so config changes do not move it
+  [bertscore-w1]="--arm bertscore --weight 1 --set gumbel=null --set temperature=0.05"
+  [bertscore-w5]="--arm bertscore --weight 5 --set gumbel=null --set temperature=0.05"
+  [bertscore-w20]="--arm bertscore --weight 20 --set gumbel=null --set temperature=0.05"
+  [bertscore-t0.1]="--arm bertscore --weight 5 --set gumbel=null --set temperature=0.1"
+  [bertscore-t0.02]="--arm bertscore --weight 5 --set gumbel=null --set temperature=0.02"
+  [bertscore-gumbel]="--arm bertscore --weight 5 --set gumbel=soft --set temperature=0.05"
+  [bertscore-soft]="--arm bertscore --weight 5 --set gumbel=null --set temperature=0.05 --set max_mode=soft"
+  [bertscore-mean]="--arm bertscore --weight 5 --set gumbel=null --set temperature=0.05 --set bridge_mode=mean"
+  [bertscore-gumbel-t0.1]="--arm bertscore --weight 5 --set gumbel=soft --set temperature=0.1"
+  [bertscore-gumbel-w10]="--arm bertscore --weight 10 --set gumbel=soft --set temperature=0.05"
+  [mrt-w1]="--arm mrt --weight 1 --set alpha=1.0"
+  [mrt-w10]="--arm mrt --weight 10 --set alpha=1.0"
   [mrt-w10-a0.3]="--arm mrt --weight 10 --set alpha=0.3"
+  [mrt-w30-a0.3]="--arm mrt --weight 30 --set alpha=0.3"
 )
 names=("$@")
-[ ${#names[@]} -eq 0 ] && names=(bertscore-t0.1 bertscore-t0.02 bertscore-gumbel bertscore-soft bertscore-mean mrt-w10 mrt-w10-a0.3)
+[ ${#names[@]} -eq 0 ] && names=("${!VARIANTS[@]}")
 for name in "${names[@]}"; do
   # shellcheck disable=SC2086
   python examples/translation/recipe.py stage2 --config configs/translation/stage2.yaml --seed 0 \
