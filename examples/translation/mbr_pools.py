@@ -1,7 +1,8 @@
 """Which hypotheses and pseudo-references for MBR-BERTScore? Variants on the candidate lists stage 3 saved.
 
 Reads ``<name>-beam<N>-nbest.<split>.json`` and ``<name>-eps<M>.<split>.json`` from a stage-3 output folder
-(one candidate list per source) and the beam top-1 translations, and prints one markdown row per decoder:
+(one candidate list per source) and the beam top-1 translations; prints the oracle and mean BERTScore F
+of each kind of list, then one markdown row per decoder:
 
 - ``beam top-1``: the given translations;
 - ``samples, leave-one-out``: MBR over the samples, each against the other samples (stage 3's decoder);
@@ -76,6 +77,12 @@ def main(argv: list[str] | None = None) -> None:
         "n-best + samples, self counted": picks["pool-self"],
         "n-best + samples, leave-one-out": picks["pool-loo"],
     }
+    scorer = metrics.scorer()
+    for name, lists in ((f"{args.samples} samples", samples), (f"beam-{args.nbest} n-best", nbest)):
+        f = scorer.score_lists(lists, refs).f1 * 100  # [sources, k], NaN where a list is shorter
+        best = torch.nan_to_num(f, nan=float("-inf")).max(1).values.mean()
+        print(f"{name}: oracle (the candidate closest to the reference) F {best:.2f}, mean F {f.nanmean():.2f}")
+    print()
     print(f"| decoder ({args.split}) | BLEU | chrF | BERTScore F | length ratio |")
     print("| --- | --- | --- | --- | --- |")
     for name, hyps in rows.items():

@@ -263,6 +263,7 @@ def stage2(cfg: Stage2Config) -> dict:
         "precision": precision,
         "train_seconds": seconds,
         "seconds_per_update": sum(steps) / len(steps) if steps else None,
+        "step_seconds": steps,
         "config": dataclasses.asdict(cfg),
     }
     result["eval"] = translate_sets(model, sp, data, run, cfg, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
