@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metrics  # noqa: E402
 import nmt  # noqa: E402
 
-from rerank import NBestReranker  # noqa: E402
+from rerank import NBestReranker, expected_utility  # noqa: E402
 
 
 def choose(nbest: list[list[str]], samples: list[list[str]], reranker: NBestReranker) -> dict[str, list[str]]:
@@ -37,12 +37,10 @@ def choose(nbest: list[list[str]], samples: list[list[str]], reranker: NBestRera
     out: dict[str, list[str]] = {k: [] for k in ("loo", "nbest", "pool-self", "pool-loo")}
     results = reranker.rerank([s + n for s, n in zip(samples, nbest)], pseudo_references=samples, return_utility=True)
     for s, n, r in zip(samples, nbest, results):
-        u = r.utility.double()  # rows: the m samples, then the n-best; columns: the m samples (input order)
+        u = r.utility  # rows: the m samples, then the n-best; columns: the m samples (input order)
         m = len(s)
-        full = u.mean(1)
-        loo = full.clone()
-        if m > 1:
-            loo[:m] = (u[:m].sum(1) - u[:m].diagonal()) / (m - 1)
+        full = expected_utility(u, None)
+        loo = torch.cat([expected_utility(u[:m], None, exclude_diagonal=True), full[m:]])
         pool = s + n
         out["loo"].append(s[int(loo[:m].argmax())])
         out["nbest"].append(n[int(full[m:].argmax())])

@@ -194,6 +194,22 @@ def stage2(cfg: Stage2Config) -> dict:
     pl.seed_everything(cfg.seed, verbose=False)
     model, sp = load_model(init)
     precision = precision_of(cfg.precision)
+    done = run / "result.json"
+    if (run / "model").exists() and done.exists():
+        # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
+        result = json.loads(done.read_text())
+        model, _ = load_model(run / "model")
+        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
+        blind = cfg.blind and not all(
+            (resolve(cfg.outputs) / f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}.{p.stem}.en").exists()
+            for p in (data / "blind").glob("*.de")
+        )
+        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
+        result["eval"].update(
+            translate_sets(model, sp, data, run, more, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
+        )
+        done.write_text(json.dumps(result, indent=1))
+        return result
     train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
     val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
     semantic = risk = None
@@ -229,22 +245,6 @@ def stage2(cfg: Stage2Config) -> dict:
         log_every_n_steps=10,
     )
     last = run / "checkpoints" / "last.ckpt"
-    done = run / "result.json"
-    if (run / "model").exists() and done.exists():
-        # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
-        result = json.loads(done.read_text())
-        model, _ = load_model(run / "model")
-        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
-        blind = cfg.blind and not all(
-            (resolve(cfg.outputs) / f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}.{p.stem}.en").exists()
-            for p in (data / "blind").glob("*.de")
-        )
-        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
-        result["eval"].update(
-            translate_sets(model, sp, data, run, more, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
-        )
-        done.write_text(json.dumps(result, indent=1))
-        return result
     t0 = time.time()
     trainer.fit(
         module,
