@@ -156,6 +156,7 @@ class ModelConfig:
     heads: int = 4
     ffn: int = 1024
     dropout: float = 0.1
+    attention_dropout: float | None = None  # None = dropout
     max_positions: int = 256
 
 
@@ -174,7 +175,7 @@ def build_model(cfg: ModelConfig, vocab_size: int):
         encoder_ffn_dim=cfg.ffn,
         decoder_ffn_dim=cfg.ffn,
         dropout=cfg.dropout,
-        attention_dropout=cfg.dropout,
+        attention_dropout=cfg.dropout if cfg.attention_dropout is None else cfg.attention_dropout,
         activation_dropout=0.0,
         activation_function="relu",
         max_position_embeddings=cfg.max_positions,
@@ -310,6 +311,8 @@ class Translator(pl.LightningModule):
         self._t0: float | None = None
         self.history: list[dict] = []
         self.curve_path: Path | None = None
+        self.epoch_dir: Path | None = None  # stage 1: the generator's weights after every epoch (for averaging)
+        self.keep_epochs = 0  # how many of them to keep (0 = all)
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(
@@ -340,12 +343,40 @@ class Translator(pl.LightningModule):
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         pass  # decoding happens once per epoch in on_validation_epoch_end (length-sorted, all val at once)
 
+    @torch.no_grad()
+    def val_loss(self, budget: int = 4096) -> float:
+        """Token-mean cross-entropy (no smoothing) of all val pairs, teacher-forced, dropout off."""
+        was_training = self.model.training
+        self.model.eval()
+        total, count = 0.0, 0
+        for batch in self.val.loader(budget, shuffle=False):
+            batch = {k: v.to(self.device) for k, v in batch.items()}
+            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                                labels=batch["labels"]).logits
+            n = int((batch["labels"] != -100).sum())
+            total += float(label_smoothed_ce(logits, batch["labels"], 0.0)) * n
+            count += n
+        self.model.train(was_training)
+        return total / max(1, count)
+
+    def save_epoch_weights(self) -> None:
+        """The generator's weights after this epoch (``epoch-NNN.pt``), the oldest beyond ``keep_epochs`` removed."""
+        if self.epoch_dir is None:
+            return
+        self.epoch_dir.mkdir(parents=True, exist_ok=True)
+        state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        torch.save(state, self.epoch_dir / f"epoch-{self.current_epoch:03d}.pt")
+        saved = sorted(self.epoch_dir.glob("epoch-*.pt"))
+        for old in saved[: max(0, len(saved) - self.keep_epochs)] if self.keep_epochs else []:
+            old.unlink()
+
     def on_validation_epoch_end(self) -> None:
         if self.trainer.sanity_checking:
             return
         n = self.cfg.val_limit or len(self.val)
         src, refs = self.val.src_text[:n], self.val.tgt_text[:n]
         t0 = time.perf_counter()
+        train_seconds = t0 - self._t0 if self._t0 is not None else None
         hyps = translate(self.model, self.sp, src, beams=self.cfg.val_beams, precision=self.precision_name)
         bleu = sacrebleu.corpus_bleu(hyps, [refs]).score
         self.val_bertscore.reset()
@@ -356,8 +387,11 @@ class Translator(pl.LightningModule):
             "step": self.global_step,
             "val_bleu": bleu,
             "val_bertscore_f": f1,
+            "val_loss": self.val_loss(),
             "val_seconds": time.perf_counter() - t0,
+            "train_seconds": train_seconds,
         }
+        self.save_epoch_weights()
         self.history.append(row)
         if self.curve_path is not None:  # one row per validated epoch, across resumes (written as it goes)
             with open(self.curve_path, "a", encoding="utf-8") as fh:
@@ -365,6 +399,7 @@ class Translator(pl.LightningModule):
         logger.info("epoch %d step %d: val BLEU %.2f BERTScore F %.2f", self.current_epoch, self.global_step, bleu, f1)
         self.log("val/bleu", bleu)
         self.log("val/bertscore_f", f1)
+        self.log("val/loss", row["val_loss"])
 
 
 # ------------------------------------------------------------------------------------------- fine-tuning

@@ -41,6 +41,8 @@ class Stage1Config:
     batch_tokens: int = 4096
     max_epochs: int = 40
     max_minutes: float | None = 85.0
+    patience: int | None = None  # stop after this many validated epochs without a better val BLEU
+    average: int = 1  # average the generator's weights over the last N epochs (kept if better on val)
     precision: str = "auto"  # auto = bf16-mixed where the CPU has native bf16, else 32-true
     threads: int | None = None
     seed: int = 1
@@ -90,16 +92,47 @@ def precision_of(name: str) -> str:
     return name
 
 
+# Options that may change between invocations of one run (how long or how it runs, not what it computes).
+RESUMABLE = {"out", "max_epochs", "max_minutes", "patience", "threads", "eval_sets", "blind", "outputs", "eval_limit"}
+
+
+def check_settings(run: Path, cfg, fresh: bool = False) -> None:
+    """Store ``cfg`` in ``run/settings.json``; refuse a rerun whose settings differ (but for ``RESUMABLE`` ones).
+
+    With ``fresh`` a differing run folder is emptied (with a warning) and the run starts again.
+    """
+    path = run / "settings.json"
+    now = json.loads(json.dumps(dataclasses.asdict(cfg)))
+    if path.exists():
+        before = json.loads(path.read_text())
+        diff = sorted(k for k in set(now) | set(before) if k not in RESUMABLE and now.get(k) != before.get(k))
+        if diff:
+            if not fresh:
+                changes = "; ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in diff)
+                raise SystemExit(
+                    f"{run} holds a run with other settings ({changes}). Use another --out, or --fresh to "
+                    "discard that run and start again."
+                )
+            logger.warning("%s: settings changed (%s); --fresh: starting again", run, ", ".join(diff))
+            import shutil
+
+            shutil.rmtree(run)
+            run.mkdir(parents=True)
+    path.write_text(json.dumps(now, indent=1))
+
+
 def load_sp(path: Path):
     import sentencepiece as spm
 
     return spm.SentencePieceProcessor(model_file=str(path))
 
 
-def stage1(cfg: Stage1Config) -> dict:
-    """Tokenizer + generator from scratch with label-smoothed CE; best checkpoint by val BLEU, exported as HF."""
+def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
+    """Tokenizer + generator from scratch with label-smoothed CE until val BLEU stops improving (``patience``);
+    the best epoch or the average of the last ``average`` epochs, whichever is better on val, exported as HF."""
     out, data = resolve(cfg.out), resolve(cfg.data)
     out.mkdir(parents=True, exist_ok=True)
+    check_settings(out, cfg, fresh)
     pl.seed_everything(cfg.seed, verbose=False)
     spm_path = out / "spm.model"
     if not spm_path.exists():
@@ -111,6 +144,10 @@ def stage1(cfg: Stage1Config) -> dict:
     model = nmt.build_model(cfg.model, sp.get_piece_size())
     module = nmt.Translator(model, sp, cfg.train, val, precision)
     module.curve_path = out / "curve.jsonl"  # one row per validated epoch, appended as it goes
+    module.epoch_dir, module.keep_epochs = out / "epochs", max(cfg.average, 1) + (cfg.patience or 0)
+    callbacks = []
+    if cfg.patience:
+        callbacks.append(pl.callbacks.EarlyStopping(monitor="val/bleu", mode="max", patience=cfg.patience))
     ckpt = pl.callbacks.ModelCheckpoint(
         dirpath=out / "checkpoints",
         monitor="val/bleu",
@@ -125,7 +162,7 @@ def stage1(cfg: Stage1Config) -> dict:
         max_time={"minutes": cfg.max_minutes} if cfg.max_minutes else None,
         precision=precision,
         gradient_clip_val=cfg.train.clip,
-        callbacks=[ckpt],
+        callbacks=[ckpt, *callbacks],
         logger=pl.loggers.CSVLogger(out, name="logs"),
         limit_val_batches=1,
         num_sanity_val_steps=0,
@@ -144,9 +181,51 @@ def stage1(cfg: Stage1Config) -> dict:
     logger.info("stage 1 trained in %.0f s; best %s", time.time() - t0, ckpt.best_model_path)
     best = torch.load(ckpt.best_model_path or last, map_location="cpu", weights_only=False)
     model.load_state_dict({k[len("model.") :]: v for k, v in best["state_dict"].items() if k.startswith("model.")})
+    choice = choose_average(model, sp, val, out / "epochs", cfg.average, precision)
     model.save_pretrained(out / "model")
     (out / "model" / "spm.model").write_bytes(spm_path.read_bytes())
-    return {"best": ckpt.best_model_path, "cpu": nmt.cpu_label(), "precision": precision, "curve": module.history}
+    (out / "model" / "choice.json").write_text(json.dumps(choice, indent=1))
+    return {
+        "best": ckpt.best_model_path,
+        "choice": choice,
+        "cpu": nmt.cpu_label(),
+        "precision": precision,
+        "curve": module.history,
+    }
+
+
+def average_weights(paths: list[Path]) -> dict:
+    """The element-wise mean of saved state dicts (floating tensors; others from the last one)."""
+    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    out = {}
+    for key, last in states[-1].items():
+        out[key] = (
+            torch.stack([s[key].double() for s in states]).mean(0).to(last.dtype) if last.is_floating_point() else last
+        )
+    return out
+
+
+def choose_average(model, sp, val: nmt.PairData, epochs: Path, k: int, precision: str) -> dict:
+    """Beam-5 val BLEU of the loaded (best) weights vs the average of the last ``k`` epochs; keeps the better."""
+    import sacrebleu
+
+    paths = sorted(epochs.glob("epoch-*.pt"))[-k:] if k > 1 else []
+
+    def val_bleu() -> float:
+        hyps = nmt.translate(model, sp, val.src_text, beams=5, precision=precision)
+        return sacrebleu.corpus_bleu(hyps, [val.tgt_text]).score
+
+    best_state = {k_: v.clone() for k_, v in model.state_dict().items()}
+    result = {"best_epoch_val_bleu": val_bleu(), "averaged": [p.name for p in paths], "kept": "best epoch"}
+    if len(paths) > 1:
+        model.load_state_dict(average_weights(paths))
+        result["average_val_bleu"] = val_bleu()
+        if result["average_val_bleu"] > result["best_epoch_val_bleu"]:
+            result["kept"] = f"average of the last {len(paths)} epochs"
+        else:
+            model.load_state_dict(best_state)
+    logger.info("stage 1 export: %s", result)
+    return result
 
 
 @dataclass
@@ -485,6 +564,7 @@ def main(argv: list[str] | None = None) -> None:
     p1.add_argument("--config")
     p1.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p1.add_argument("--out")
+    p1.add_argument("--fresh", action="store_true", help="discard a run in --out made with other settings")
     p2 = sub.add_parser("stage2", help="fine-tune one arm from the stage-1 model (ce, bertscore, mrt)")
     p2.add_argument("--config")
     p2.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
@@ -522,7 +602,7 @@ def main(argv: list[str] | None = None) -> None:
         cfg = load_config(Stage1Config, args.config, {"out": args.out}, args.set)
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        print(json.dumps(stage1(cfg), indent=1))
+        print(json.dumps(stage1(cfg, args.fresh), indent=1))
     elif args.stage == "stage2":
         overrides = {"out": args.out, "arm": args.arm, "seed": args.seed, "weight": args.weight}
         cfg = load_config(Stage2Config, args.config, overrides, args.set)
