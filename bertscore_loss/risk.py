@@ -112,8 +112,8 @@ class MinimumRiskLoss(nn.Module):
         self, candidates: Sequence[Sequence[str]], references: Sequence[str] | Sequence[Sequence[str]], k: int
     ) -> Tensor:
         """Utility ``[B, k]`` (float32, CPU) of every candidate, NaN at padding: one
-        :meth:`BERTScorer.score_lists` call for all rows (the engine the reranker uses)."""
-        values = getattr(self.scorer.score_lists(candidates, references), self.utility_name).float()
+        :meth:`BERTScorer.score_groups` call for all rows (the engine the reranker uses)."""
+        values = getattr(self.scorer.score_groups(candidates, references), self.utility_name).float()
         out = torch.full((len(candidates), k), float("nan"))
         out[:, : values.shape[1]] = values
         return out

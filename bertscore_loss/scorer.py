@@ -151,41 +151,75 @@ class BERTScorer:
         out = self._score(cands, refs, None)
         return out if return_ref_index else PRF(out.precision, out.recall, out.f1)
 
-    def score_lists(
+    @overload
+    def score_groups(
         self,
         candidates: Sequence[Sequence[str]],
         references: Sequence[str] | Sequence[Sequence[str]],
-    ) -> Scores:
-        """Each row's candidates against that row's reference(s), in one call: :class:`Scores` ``[B, k]``.
+        *,
+        reduce: Literal[True] = True,
+        progress: bool | None = None,
+    ) -> Scores: ...
 
-        ``candidates``: ``B`` lists of str (ragged: ``k`` = the longest list; an empty list is allowed);
-        ``references``: ``B`` str, or ``B`` lists of str (several references of a row, reduced by
-        ``config.multi_ref``). ``precision``/``recall``/``f1`` are float32 ``[B, k]`` (CPU) with **NaN**
-        after the end of a shorter row (``torch.isnan`` is the mask); ``ref_index`` is long ``[B, k]``
-        with -1 there. Every distinct text is encoded once and every distinct (candidate, reference) pair
-        matched once, so repeated samples cost nothing. Values equal :meth:`score` of the flattened pairs;
-        with ``idf=True`` and no fixed ``idf_corpus`` the IDF table is over the references of the call,
-        each row's references counted once (not once per candidate).
+    @overload
+    def score_groups(
+        self,
+        candidates: Sequence[Sequence[str]],
+        references: Sequence[str] | Sequence[Sequence[str]],
+        *,
+        reduce: Literal[False],
+        progress: bool | None = None,
+    ) -> list[Tensor]: ...
+
+    def score_groups(
+        self,
+        candidates: Sequence[Sequence[str]],
+        references: Sequence[str] | Sequence[Sequence[str]],
+        *,
+        reduce: bool = True,
+        progress: bool | None = None,
+    ) -> Scores | list[Tensor]:
+        """Every candidate of group ``b`` against every reference of group ``b``, for all groups in one call.
+
+        The engine behind :meth:`score`, the reranker (MBR utility matrices), the risk and the metric.
+        ``candidates``: ``B`` lists of str (ragged; an empty list is allowed); ``references``: ``B`` str,
+        or ``B`` non-empty lists of str. Every distinct text is encoded once and every distinct
+        (candidate, reference) pair matched once, so repeated samples cost nothing.
+
+        * ``reduce=True``: each candidate's references reduced by ``config.multi_ref`` (and rescaled):
+          :class:`Scores` ``[B, k]`` (``k`` = the longest group), float32 on CPU with **NaN** after the
+          end of a shorter group (``torch.isnan`` is the mask) and ``ref_index`` -1 there. Values equal
+          :meth:`score` of the flattened pairs.
+        * ``reduce=False``: the all-pairs blocks, one float32 CPU tensor ``[3, n_b, m_b]`` per group
+          (P, R, F of candidate ``i`` against reference ``j``, rescaled if the scorer rescales): MBR
+          utility matrices (``candidates`` as hypotheses, ``references`` as pseudo-references).
+
+        With ``idf=True`` and no fixed ``idf_corpus`` the IDF table is over the references of the call,
+        each group's references counted once (not once per candidate).
         """
         lists = check_lists(candidates, "candidates", allow_empty=True)
         groups = check_references(references, len(lists), "references")
+        return self._groups(lists, groups, reduce, progress)
+
+    def _groups(
+        self, lists: list[list[str]], groups: list[list[str]], reduce: bool, progress: bool | None
+    ) -> Scores | list[Tensor]:
+        """:meth:`score_groups` on checked inputs: the one pipeline (rows → embed → warn → match → reduce)."""
         plan = self.plan()
-        cand_rows = plan.rows([c for row in lists for c in row])
-        ref_rows = plan.rows([r for g in groups for r in g])
-        plan.embed(ref_rows)
-        plan.warn_inputs(cand_rows, ref_rows)
+        cand_rows = [plan.rows(row) for row in lists]
+        ref_rows = [plan.rows(g) for g in groups]
+        empty = torch.zeros(0, dtype=torch.long)
+        all_cands = torch.cat(cand_rows) if cand_rows else empty
+        all_refs = torch.cat(ref_rows) if ref_rows else empty
+        plan.embed(all_refs, progress=progress)
+        plan.warn_inputs(all_cands, all_refs, stacklevel=5)
+        if not reduce:
+            show = self.show_progress(len(plan.texts)) if progress is None else progress
+            return [plan.rescale(b) for b in plan.score_blocks(cand_rows, ref_rows, progress=show)]
         sizes = [len(row) for row in lists]
         per_cand = [len(g) for g, k in zip(groups, sizes) for _ in range(k)]  # references of each candidate
-        starts = torch.cumsum(torch.tensor([0] + [len(g) for g in groups]), 0)[:-1]
-        pair_ref = torch.cat(
-            [
-                ref_rows[int(starts[b]) : int(starts[b]) + len(g)]
-                for b, (g, k) in enumerate(zip(groups, sizes))
-                for _ in range(k)
-            ]
-            or [torch.zeros(0, dtype=torch.long)]
-        )
-        pair_cand = torch.repeat_interleave(cand_rows, torch.tensor(per_cand, dtype=torch.long))
+        pair_ref = torch.cat([r for r, k in zip(ref_rows, sizes) for _ in range(k)] or [empty])
+        pair_cand = torch.repeat_interleave(all_cands, torch.tensor(per_cand, dtype=torch.long))
         flat = plan.reduce(plan.score_pairs(pair_cand, pair_ref), per_cand)
         return Scores(
             nan_table(flat.precision, sizes),
@@ -262,14 +296,12 @@ class BERTScorer:
         self, cands: Sequence[str], refs: Sequence[str] | Sequence[Sequence[str]], progress: bool | None
     ) -> Scores:
         cands, groups = check_pairs(cands, refs)
-        sizes = [len(g) for g in groups]
-        plan = self.plan()
-        cand_rows = plan.rows(cands)
-        ref_rows = plan.rows([r for g in groups for r in g])
-        plan.embed(ref_rows, progress=progress)
-        plan.warn_inputs(cand_rows, ref_rows, stacklevel=4)
-        pair_cand = torch.repeat_interleave(cand_rows, torch.tensor(sizes, dtype=torch.long))
-        return plan.reduce(plan.score_pairs(pair_cand, ref_rows), sizes)
+        if not cands:
+            z = torch.zeros(0)
+            return Scores(z, z, z, torch.zeros(0, dtype=torch.long))
+        out = self._groups([[c] for c in cands], groups, True, progress)
+        assert isinstance(out, Scores)
+        return Scores(out.precision[:, 0], out.recall[:, 0], out.f1[:, 0], out.ref_index[:, 0])
 
     # --- reproducibility -----------------------------------------------------------------------
     def signature(self) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .generate import GenerateRerankOutput, generate_and_rerank, sequence_scores
-from .reranker import NBestReranker, RerankResult, expected_utility, score_blocks
+from .reranker import NBestReranker, RerankResult, expected_utility
 
 __all__ = [
     "GenerateRerankOutput",
@@ -11,6 +11,5 @@ __all__ = [
     "RerankResult",
     "expected_utility",
     "generate_and_rerank",
-    "score_blocks",
     "sequence_scores",
 ]

@@ -15,11 +15,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from bertscore_loss import BERTScorer, FrozenEncoder, ScorerConfig
-from bertscore_loss.pipeline import ScoringPlan, score_blocks
+from bertscore_loss import BERTScorer, FrozenEncoder, ScorerConfig, reduce_references
 from bertscore_loss.validation import check_lists, check_references
 
-__all__ = ["Expectation", "Measure", "NBestReranker", "RerankResult", "expected_utility", "score_blocks"]
+__all__ = ["Expectation", "Measure", "NBestReranker", "RerankResult", "expected_utility"]
 
 logger = logging.getLogger(__name__)
 
@@ -177,17 +176,11 @@ class NBestReranker:
 
         if not cands:
             return []
-        plan = self.scorer.plan()
-        rows = [plan.rows(c) for c in cands]
-        cols = [plan.rows(g) for g in groups]
-        col_rows = torch.cat(cols)
-        # IDF (when on and not fixed) over the (pseudo-)references of the call, each occurrence once
-        plan.embed(col_rows)
-        plan.warn_inputs(torch.cat(rows), col_rows if separate else col_rows[:0])
-        blocks = plan.score_blocks(rows, cols, progress=self.scorer.show_progress(len(plan.texts)))
+        # IDF (when on and not fixed) over the (pseudo-)references of the call, each group's once
+        blocks = self.scorer.score_groups(cands, groups, reduce=False)
         k = _MEASURES[measure]
+        utils = [b[k] for b in blocks]
         if mbr:
-            utils = [plan.rescale(b[k], k) for b in blocks]
             use_weights = expectation == "model"
             bert = [
                 expected_utility(
@@ -199,7 +192,10 @@ class NBestReranker:
                 for s, u in enumerate(utils)
             ]
         else:
-            utils, bert = self._reference_scores(plan, blocks, k)
+            sizes_ref = [b.shape[2] for b in blocks for _ in range(b.shape[1])]
+            flat = torch.cat([b.reshape(3, -1) for b in blocks], dim=1)
+            picked = reduce_references(flat[0], flat[1], flat[2], sizes_ref, self.config.multi_ref)[k]
+            bert = list(torch.split(picked.double(), sizes))
 
         results = []
         for s, (c, b) in enumerate(zip(cands, bert)):
@@ -219,14 +215,6 @@ class NBestReranker:
                 )
             )
         return results
-
-    # --- helpers ------------------------------------------------------------------------------
-    def _reference_scores(self, plan: ScoringPlan, blocks: list[Tensor], k: int) -> tuple[list[Tensor], list[Tensor]]:
-        """Per source the ``[n, m]`` matrix of measure ``k`` and each candidate's score ``[n]`` (float64)."""
-        picked = plan.reduce_blocks(blocks)[k]
-        utils = [plan.rescale(b[k], k) for b in blocks]
-        per_source = torch.split(picked.double(), [b.shape[1] for b in blocks])
-        return utils, list(per_source)
 
 
 def expected_utility(

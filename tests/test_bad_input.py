@@ -166,8 +166,8 @@ def test_baseline_without_rescale_and_stride_without_window_are_errors(tiny_scor
         BERTScorer(encoder=tiny_scorer.encoder, window_stride=4)
 
 
-def test_score_lists_ragged_rows_give_nan(tiny_scorer):
-    out = tiny_scorer.score_lists([["a cat", "a dog", "a cat"], ["the sun"], []], ["a cat", ["sun", "the sun"], "x"])
+def test_score_groups_ragged_rows_give_nan(tiny_scorer):
+    out = tiny_scorer.score_groups([["a cat", "a dog", "a cat"], ["the sun"], []], ["a cat", ["sun", "the sun"], "x"])
     assert out.f1.shape == (3, 3) and out.ref_index.dtype == torch.long
     assert torch.isnan(out.f1[1, 1:]).all() and torch.isnan(out.f1[2]).all() and (out.ref_index[1, 1:] == -1).all()
     p, r, f = tiny_scorer.score(["a cat", "a dog", "a cat", "the sun"], ["a cat", "a cat", "a cat", ["sun", "the sun"]])

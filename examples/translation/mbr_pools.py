@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     scorer = metrics.scorer()
     for name, lists in ((f"{args.samples} samples", samples), (f"beam-{args.nbest} n-best", nbest)):
-        f = scorer.score_lists(lists, refs).f1 * 100  # [sources, k], NaN where a list is shorter
+        f = scorer.score_groups(lists, refs).f1 * 100  # [sources, k], NaN where a list is shorter
         best = torch.nan_to_num(f, nan=float("-inf")).max(1).values.mean()
         print(f"{name}: oracle (the candidate closest to the reference) F {best:.2f}, mean F {f.nanmean():.2f}")
     print()
