@@ -101,8 +101,7 @@ def second_evaluation(tok, n: int, repeats: int) -> dict:
 def reward_throughput(n_prompts: int, per_step: int, group: int, steps: int, per_call_steps: int) -> dict:
     import bert_score
 
-    from bertscore_loss import BERTScorer, FrozenEncoder
-    from bertscore_loss.encoder import bundled_model_path
+    from bertscore_loss import BERTScorer, FrozenEncoder, bundled_model_path
     from bertscore_loss.integrations import BERTScoreReward
 
     sources, refs = load_texts(n_prompts * group)
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
 
-    from bertscore_loss.encoder import bundled_model_path
+    from bertscore_loss import bundled_model_path
 
     tok = AutoTokenizer.from_pretrained(bundled_model_path())
     load = subprocess.run(["cat", "/proc/loadavg"], capture_output=True, text=True).stdout.strip()

@@ -84,7 +84,7 @@ def mean_pearson(f: torch.Tensor, human: list[float], lp_of: list[int]) -> float
 
 def floor_batches(encoder: Any, texts: list[str], budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The unique texts tokenised, length-sorted and cut into token-budget batches (untimed preparation)."""
-    from bertscore_loss.encoder import length_order
+    from bertscore_loss.tokens import length_order
 
     ids = encoder.tokenize(texts).ids
     order, _, _ = length_order(ids)
@@ -108,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     import transformers
 
     from bertscore_loss import BERTScorer, FrozenEncoder
-    from bertscore_loss.encoder import bundled_model_path, cpu_has_native_bf16, default_batch_tokens
+    from bertscore_loss.config import batch_tokens_for
+    from bertscore_loss.loading import bundled_model_path, cpu_has_native_bf16
 
     cands, refs, human, lp_of = load(args.data, args.limit)
     n, layer, bs, k = len(cands), args.layer, args.batch_size, args.repeats
@@ -176,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     for dtype in args.dtypes:
         enc = FrozenEncoder(layer=layer, device=args.device, dtype=dtype)
         scorer = BERTScorer(encoder=enc, progress=False)
-        default = default_batch_tokens(args.device)
+        default = batch_tokens_for(args.device)
         if dtype == "float32":  # the budget sweep (ours only)
             for budget in sorted(set(args.budgets) - {default}):
                 scorer.config.batch_tokens = budget

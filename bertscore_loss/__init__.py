@@ -5,9 +5,10 @@ from __future__ import annotations
 from ._version import __version__
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
 from .bridge import SentencePieceVocab, VocabBridge
-from .config import ScorerConfig
-from .encoder import BERTScoreWarning, FrozenEncoder, ModelNotFoundError, PackedEmbeddings
+from .config import MEASURES, Measure, ScorerConfig, check_measure
+from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
+from .loading import BERTScoreWarning, ModelNotFoundError, bundled_model_path
 from .loss import BERTScoreLoss, LossConfig, LossOutput
 from .matching import (
     Matches,
@@ -20,10 +21,11 @@ from .matching import (
     rescale,
     soft_max,
 )
+from .packed import PackedEmbeddings
 from .pipeline import PRF, Scores, reduce_references
 from .registry import encoder_for, get_encoder
 from .risk import MinimumRiskLoss, RiskOutput, sequence_log_probs
-from .scorer import BERTScorer
+from .scorer import BERTScorer, scorer_from
 from .search import (
     LogitConfig,
     SearchConfig,
@@ -43,6 +45,8 @@ __all__ = [
     "LogitConfig",
     "LossConfig",
     "LossOutput",
+    "MEASURES",
+    "Measure",
     "MinimumRiskLoss",
     "Matches",
     "ModelNotFoundError",
@@ -57,6 +61,8 @@ __all__ = [
     "VocabBridge",
     "__version__",
     "bertscore",
+    "bundled_model_path",
+    "check_measure",
     "coordinate_search",
     "cosine_matrix",
     "encoder_for",
@@ -72,6 +78,7 @@ __all__ = [
     "read_baseline",
     "reduce_references",
     "rescale",
+    "scorer_from",
     "sequence_log_probs",
     "soft_max",
     "token_log_prior",

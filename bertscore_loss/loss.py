@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, cast
@@ -12,11 +11,12 @@ import torch
 from torch import Tensor, nn
 
 from .bridge import VocabBridge
-from .config import ScorerConfig
-from .encoder import BERTScoreWarning, FrozenEncoder
+from .config import Measure, ScorerConfig, check_measure
+from .encoder import FrozenEncoder
+from .loading import warn
 from .matching import MaxMode, bertscore, f_score
-from .registry import encoder_on, is_registered, private_copy
-from .scorer import BERTScorer
+from .registry import is_registered, private_copy
+from .scorer import BERTScorer, scorer_from
 from .token_distributions import Gumbel, expected_rows, to_probs
 from .validation import references_are_text
 
@@ -31,7 +31,8 @@ class LossConfig:
     ``inputs``: float candidates are ``logits`` or ``probs``; ``logit_temperature``: softmax temperature
     on them; ``top_k``: renormalise over the k most probable tokens (avoids the ``V × d`` product);
     ``gumbel``: ``None``, ``"soft"`` or ``"hard"`` (straight-through) Gumbel-softmax; ``measure``:
-    ``"f"`` (F_beta with ``beta``), ``"p"`` or ``"r"``; the loss is ``1 − measure``, reduced by
+    ``"f1"`` (F_beta with ``beta``; F1 at the default ``beta=1``), ``"precision"`` or ``"recall"``;
+    the loss is ``1 − measure``, reduced by
     ``reduction`` (``mean``, ``sum``, ``none``); ``ref_cache_bytes``: reference embedding cache.
     """
 
@@ -41,7 +42,7 @@ class LossConfig:
     logit_temperature: float = 1.0
     top_k: int | None = None
     gumbel: Gumbel = None
-    measure: Literal["f", "p", "r"] = "f"
+    measure: Measure = "f1"
     beta: float = 1.0
     reduction: Literal["mean", "sum", "none"] = "mean"
     ref_cache_bytes: int = 256 << 20
@@ -95,12 +96,12 @@ class BERTScoreLoss(nn.Module):
         loss_fields = {k: fields.pop(k) for k in list(fields) if k in _LOSS_FIELDS}
         self.loss_config = dataclasses.replace(loss or LossConfig(), **loss_fields)
         lc = self.loss_config
-        if lc.measure not in ("f", "p", "r") or lc.reduction not in ("mean", "sum", "none"):
-            raise ValueError("measure must be 'f', 'p' or 'r' and reduction 'mean', 'sum' or 'none'")
+        check_measure(lc.measure)
+        if lc.reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {lc.reduction!r}")
         if lc.top_k is not None and lc.top_k < 1:
             raise ValueError(f"top_k must be >= 1, got {lc.top_k}")
-        if scorer is None:
-            scorer = BERTScorer(config, encoder=encoder, idf_corpus=idf_corpus, **fields)
+        scorer = scorer_from(scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="BERTScoreLoss", **fields)
         if scorer.config.idf and scorer.idf is None:
             raise ValueError(
                 "idf=True in the loss needs a fixed IDF corpus: pass idf_corpus=[...] (e.g. the training references)"
@@ -109,8 +110,7 @@ class BERTScoreLoss(nn.Module):
         self.__dict__["scorer"] = scorer
         scorer.encoder.enable_cache(max(scorer.encoder.cache.max_bytes, lc.ref_cache_bytes))
         enc = scorer.encoder
-        vocab_weight = torch.ones(enc.vocab_size) if scorer.idf is None else scorer.idf[: enc.vocab_size].clone()
-        vocab_weight[sorted(enc.special_ids)] = 0.0
+        vocab_weight = scorer.vocab_weights()  # the scorer's own token weights: one rule for both sides
         self.register_buffer("vocab_weight", vocab_weight.to(enc.device), persistent=False)
         self.bridge = bridge
         prefix, suffix = enc.framing
@@ -135,11 +135,8 @@ class BERTScoreLoss(nn.Module):
             if probe.dtype == enc.dtype and probe.device == enc.device:
                 return self
             if probe.dtype == enc.dtype:
-                self.scorer.encoder = encoder_on(self.scorer.config, probe.device)
-                self.scorer.config.device = str(probe.device)
-                self.scorer.encoder.enable_cache(
-                    max(self.scorer.encoder.cache.max_bytes, self.loss_config.ref_cache_bytes)
-                )
+                self.__dict__["scorer"] = self.scorer.on(probe.device)
+                self.scorer.encoder.enable_cache(self.loss_config.ref_cache_bytes)
                 return self
             enc = private_copy(enc)
             self.scorer.encoder = enc
@@ -252,11 +249,7 @@ class BERTScoreLoss(nn.Module):
         npre, nsuf = len(self._prefix), len(self._suffix)
         limit = self.encoder.max_length - npre - nsuf
         if lengths.numel() and int(lengths.max()) > limit:
-            warnings.warn(
-                f"{int((lengths > limit).sum())} candidate(s) are longer than the model's maximum and were truncated",
-                BERTScoreWarning,
-                stacklevel=3,
-            )
+            warn(f"{int((lengths > limit).sum())} candidate(s) are longer than the model's maximum and were truncated")
             lengths = lengths.clamp_max(limit)
             t = min(t, limit)
             emb, weight = emb[:, :t], weight[:, :t]
@@ -296,7 +289,7 @@ class BERTScoreLoss(nn.Module):
                 packed, _, _ = self.encoder.embed_token_ids(id_rows)
         else:
             packed, _ = self.scorer.embed(cast("Sequence[str]", references))
-        weight = self.scorer.weights(packed, self.scorer.idf if self.scorer.config.idf else None)
+        weight = self.scorer.weights(packed)
         return packed.gather(torch.arange(len(references), device=packed.flat.device), weight)
 
     # --- forward --------------------------------------------------------------------------------
@@ -348,11 +341,7 @@ class BERTScoreLoss(nn.Module):
             candidate_mask = torch.zeros(candidates.shape[:2], dtype=torch.bool, device=device)
         empty_rows = int((candidate_mask.sum(dim=1) == 0).sum())
         if empty_rows:
-            warnings.warn(
-                f"{empty_rows} candidate(s) have no real position (T = 0 or fully masked): P = R = F = 0, loss 1",
-                BERTScoreWarning,
-                stacklevel=2,
-            )
+            warn(f"{empty_rows} candidate(s) have no real position (T = 0 or fully masked): P = R = F = 0, loss 1")
         if torch.is_floating_point(candidates):
             # Masked positions are replaced (zero gradient there, whatever they held: NaN/inf never leaks).
             candidates = candidates.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
@@ -389,4 +378,4 @@ class BERTScoreLoss(nn.Module):
         p, r, f = bertscore(hidden, ref_emb, cand_mask, ref_mask, cand_w, ref_w, mode=mode, temperature=lc.temperature)
         if lc.beta != 1.0:
             f = f_score(p, r, lc.beta)
-        return p, r, f, {"f": f, "p": p, "r": r}[lc.measure]
+        return p, r, f, {"f1": f, "precision": p, "recall": r}[lc.measure]

@@ -6,18 +6,9 @@ import torch
 from torch import Tensor
 
 from .chunking import budget_runs
-from .encoder import PackedEmbeddings
+from .config import max_elements_for
 from .matching import bertscore
-
-# Cosine entries per matching chunk when none is given: on CPU small chunks stay in cache (3,360 WMT16
-# pairs: 0.72 s with 2**24, 0.14 s with 2**18; docs/performance.md); accelerators want big ones.
-CPU_MAX_ELEMENTS = 1 << 18
-ACCEL_MAX_ELEMENTS = 1 << 24
-
-
-def default_max_elements(device: str | torch.device) -> int:
-    """Cosine entries per matching chunk on ``device`` (CPU 2**18, accelerators 2**24)."""
-    return CPU_MAX_ELEMENTS if torch.device(device).type == "cpu" else ACCEL_MAX_ELEMENTS
+from .packed import PackedEmbeddings
 
 
 def score_pairs(
@@ -35,7 +26,7 @@ def score_pairs(
     ``cands``/``refs`` hold the texts' embeddings (they may be the same object), ``*_weight`` ``[T]``
     the per-token weights aligned with their rows. Identical pairs are scored once; pairs are sorted
     by length and matched in chunks of at most ``max_elements`` cosine entries (None: by device, see
-    :func:`default_max_elements`).
+    :func:`~bertscore_loss.config.max_elements_for`).
     """
     device = cands.flat.device
     n = int(cand_index.numel())
@@ -53,7 +44,7 @@ def score_pairs(
     order = torch.argsort(lc * 4096 + lr, stable=True)
     u_cand, u_ref = u_cand[order], u_ref[order]
     out = torch.zeros((3, uniq.numel()), device=device)
-    budget = max_elements or default_max_elements(device)
+    budget = max_elements_for(device, max_elements)
     for start, stop in budget_runs(list(zip(lc[order].tolist(), lr[order].tolist())), budget):
         ce, cm, cw = cands.gather(u_cand[start:stop], cand_weight)
         re, rm, rw = refs.gather(u_ref[start:stop], ref_weight)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import warnings
 from collections.abc import Callable, Sequence
 from typing import NamedTuple, ParamSpec, TypeVar
 
@@ -19,20 +18,46 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .cache import EmbeddingCache
 from .chunking import budget_runs
-from .encoder import BERTScoreWarning, PackedEmbeddings
+from .config import max_elements_for
+from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
+from .loading import warn
 from .matching import cosine_matrix, greedy_match, precision_recall_f, rescale
+from .packed import PackedEmbeddings
 from .pairs import score_pairs
 
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
-#: Cosine entries per chunk of reranking blocks when none is configured (whole sources: big chunks).
-BLOCK_MAX_ELEMENTS = 1 << 24
 
-Embed = Callable[[Sequence[str], "bool | None"], tuple[PackedEmbeddings, list[list[int]]]]
+
+
+def encode(
+    encoder: FrozenEncoder,
+    texts: Sequence[str],
+    *,
+    batch_tokens: int | None = None,
+    progress: bool | None = None,
+    cacheable: Sequence[bool] | None = None,
+) -> tuple[PackedEmbeddings, list[list[int]]]:
+    """Embeddings of ``texts`` (in input order) and their token ids, with one warning for truncated texts.
+
+    ``progress``: None = a bar for 1,000 texts or more; ``cacheable``: the texts that may go through the
+    encoder's embedding cache (default all, when it is on).
+    """
+    packed, ids, truncated = encoder.embed_texts(
+        texts,
+        batch_tokens=batch_tokens,
+        progress=len(texts) >= 1000 if progress is None else progress,
+        cacheable=cacheable,
+    )
+    if truncated:
+        warn(
+            f"{truncated} input text(s) are longer than the model's maximum of {encoder.max_length} tokens "
+            "and were truncated"
+        )
+    return packed, ids
 
 
 class PRF(NamedTuple):
@@ -99,7 +124,7 @@ class ScoringPlan:
     """One scoring call over a set of texts.
 
     1. :meth:`rows` maps texts (stripped) to indices of the distinct texts of the call;
-    2. :meth:`embed` encodes each distinct text once (optionally through a byte-bounded cache), fixes
+    2. :meth:`embed` encodes each distinct text once (through the encoder's cache when it is on), fixes
        the IDF table (the scorer's fixed one, else over the given reference rows, each occurrence
        counted) and the token weights;
     3. :meth:`score_pairs` scores index pairs, :meth:`score_blocks` every (row, column) pair of index
@@ -119,7 +144,9 @@ class ScoringPlan:
         baseline: Tensor | None = None,
         multi_ref: str = "max",
         max_elements: int | None = None,
-        embed: Embed | None = None,
+        encoder: FrozenEncoder | None = None,
+        batch_tokens: int | None = None,
+        progress: bool | None = None,
     ) -> None:
         self.special_ids = special_ids
         self.vocab_size = vocab_size
@@ -128,7 +155,7 @@ class ScoringPlan:
         self.baseline = baseline
         self.multi_ref = multi_ref
         self.max_elements = max_elements
-        self._embed = embed
+        self.encoder, self.batch_tokens, self.progress = encoder, batch_tokens, progress
         self.index: dict[str, int] = {}
         self.packed: PackedEmbeddings | None = None
         self.ids: list[list[int]] = []
@@ -155,35 +182,26 @@ class ScoringPlan:
         self,
         idf_rows: Tensor | None = None,
         *,
-        cache: EmbeddingCache | None = None,
         cacheable: Tensor | None = None,
         progress: bool | None = None,
     ) -> ScoringPlan:
         """Encode the distinct texts once and fix the weights.
 
         ``idf_rows``: the reference rows whose token ids make the IDF table when IDF is on and no table
-        is fixed (each occurrence counts, as ``bert-score``). ``cache``: texts of ``cacheable`` rows are
-        looked up in it (and added to it); other texts are always encoded.
+        is fixed (each occurrence counts, as ``bert-score``). ``cacheable``: the rows whose texts may go
+        through the encoder's embedding cache (None = all, when the cache is on).
         """
-        if self._embed is None:
+        if self.encoder is None:
             raise ValueError("this plan was given its embeddings; it cannot encode texts")
-        texts = self.texts
-        if cache is None or cache.max_bytes == 0 or cacheable is None or not len(cacheable):
-            packed, ids = self._embed(texts, progress)
-        else:
-            eligible = set(cacheable.tolist())
-            found = {i: cache.get(texts[i]) for i in sorted(eligible)}
-            missing = [i for i in range(len(texts)) if found.get(i) is None]
-            fresh: dict[int, tuple[Tensor, list[int]]] = {}
-            if missing:
-                new, new_ids = self._embed([texts[i] for i in missing], progress)
-                for k, i in enumerate(missing):
-                    fresh[i] = (new.row(k).clone() if i in eligible else new.row(k), new_ids[k])
-                    if i in eligible:
-                        cache.put(texts[i], *fresh[i])
-            items = [found.get(i) or fresh[i] for i in range(len(texts))]
-            ids = [x for _, x in items]
-            packed = PackedEmbeddings.from_list([e for e, _ in items], ids)
+        mask = None
+        if cacheable is not None:
+            mask = [False] * len(self.index)
+            for i in cacheable.tolist():
+                mask[i] = True
+        progress = self.progress if progress is None else progress
+        packed, ids = encode(
+            self.encoder, self.texts, batch_tokens=self.batch_tokens, progress=progress, cacheable=mask
+        )
         return self.use_embeddings(packed, ids, idf_rows)
 
     def use_embeddings(
@@ -223,7 +241,7 @@ class ScoringPlan:
         content = ~torch.isin(self.packed.token_ids.cpu(), special)
         return self._per_text(content) == 0
 
-    def warn_inputs(self, cand_rows: Tensor, ref_rows: Tensor, *, stacklevel: int = 3) -> None:
+    def warn_inputs(self, cand_rows: Tensor, ref_rows: Tensor) -> None:
         """One warning for empty candidates/references (with the value their pairs get) and one for texts
         whose tokens all have IDF 0 (e.g. every reference identical)."""
         empty = self.empty_texts()
@@ -234,21 +252,15 @@ class ScoringPlan:
             else:
                 p, r, f = (float(rescale(torch.zeros(()), b)) for b in self.baseline)
                 value = f"0 before rescaling, i.e. P = {p:.6f}, R = {r:.6f}, F = {f:.6f} after it"
-            warnings.warn(
-                f"{ec} empty candidate(s) and {er} empty reference(s): their pairs score {value}",
-                BERTScoreWarning,
-                stacklevel=stacklevel,
-            )
+            warn(f"{ec} empty candidate(s) and {er} empty reference(s): their pairs score {value}")
         if self.use_idf and self.weight is not None:
             zero = (self._per_text(self.weight) == 0) & ~empty
             zc, zr = int(zero[cand_rows].sum()), int(zero[ref_rows].sum())
             if zc or zr:
-                warnings.warn(
+                warn(
                     f"IDF gives every token of {zc} candidate(s) and {zr} reference(s) weight 0 (a token in every "
                     "reference has IDF 0, e.g. when all references are identical): their pairs score 0; fix the "
-                    "IDF table with an idf_corpus",
-                    BERTScoreWarning,
-                    stacklevel=stacklevel,
+                    "IDF table with an idf_corpus"
                 )
 
     # --- 3. matching -------------------------------------------------------------------------------
@@ -276,7 +288,7 @@ class ScoringPlan:
             self.weight,
             rows,
             cols,
-            max_elements=self.max_elements or BLOCK_MAX_ELEMENTS,
+            max_elements=max_elements_for(self.packed.flat.device, self.max_elements, blocks=True),
             progress=progress,
         )
 
@@ -315,7 +327,7 @@ def score_blocks(
     rows: Sequence[Tensor],
     cols: Sequence[Tensor],
     *,
-    max_elements: int = BLOCK_MAX_ELEMENTS,
+    max_elements: int | None = None,
     progress: bool = False,
 ) -> list[Tensor]:
     """P, R, F ``[3, n_s, m_s]`` (float32, CPU) of every (row text, column text) pair of each source ``s``.
@@ -330,6 +342,7 @@ def score_blocks(
     """
     if len(rows) != len(cols):
         raise ValueError(f"got {len(rows)} row lists but {len(cols)} column lists")
+    max_elements = max_elements_for(packed.flat.device, max_elements, blocks=True)
     lengths = packed.lengths.cpu()
     d = int(packed.flat.shape[1]) if packed.flat.dim() == 2 else 1
     tok_cap = max(max_elements // (2 * d), 1)  # gathered tokens per side of a tile

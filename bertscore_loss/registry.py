@@ -131,6 +131,29 @@ def encoder_on(config: ScorerConfig, device: str | torch.device) -> FrozenEncode
     return encoder_for(dataclasses.replace(config, device=str(device)))
 
 
+def moved(encoder: FrozenEncoder, device: str | torch.device) -> FrozenEncoder:
+    """``encoder`` on ``device`` without changing it under its other users: the registry's copy there when it
+    is the registry's, else a private copy moved there (``encoder`` itself when it is already there)."""
+    dev = normalize_device(device)
+    if encoder.device == dev:
+        return encoder
+    with _LOCK:
+        key = next((k for k, e in list(_REGISTRY.items()) if e is encoder), None)
+    if key is None:
+        return private_copy(encoder).to(dev)
+    dtype = next(name for dt, name in _DTYPE_NAMES.items() if str(dt) == key[2])
+    model = None if key[0] == "<bundled>" else key[0]
+    config = ScorerConfig(
+        model=model,
+        layer=encoder.layer,
+        dtype=dtype,
+        device=str(dev),
+        long_inputs=encoder.long_inputs,  # type: ignore[arg-type]
+        window_stride=encoder.window_stride if encoder.long_inputs == "window" else None,
+    )
+    return encoder_for(config)
+
+
 def private_copy(encoder: FrozenEncoder) -> FrozenEncoder:
     """A copy of ``encoder`` outside the registry (the tokenizer is shared, the embedding cache is new and empty)."""
     memo = {id(encoder.tokenizer): encoder.tokenizer, id(encoder.cache): EmbeddingCache(0)}

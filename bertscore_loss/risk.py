@@ -11,15 +11,15 @@ the source. Its gradient reaches the generator through ``log_probs`` only:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
-from .scorer import BERTScorer, ScorerConfig
-
-Utility = Literal["f1", "precision", "recall"]
+from .config import Measure, check_measure
+from .scorer import BERTScorer, ScorerConfig, scorer_from
 
 
 class RiskOutput(NamedTuple):
@@ -84,21 +84,17 @@ class MinimumRiskLoss(nn.Module):
         scorer: BERTScorer | None = None,
         idf_corpus: Sequence[str] | None = None,
         alpha: float = 1.0,
-        utility: Utility = "f1",
+        utility: Measure = "f1",
         reduction: Literal["mean", "sum", "none"] = "mean",
         **fields: Any,
     ) -> None:
         super().__init__()
-        if not alpha > 0:
-            raise ValueError(f"alpha must be > 0, got {alpha}")
-        if utility not in ("f1", "precision", "recall"):
-            raise ValueError(f"utility must be 'f1', 'precision' or 'recall', got {utility!r}")
+        if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < math.inf:
+            raise ValueError(f"alpha must be a finite number > 0, got {alpha!r}")
+        check_measure(utility, "utility")
         if reduction not in ("mean", "sum", "none"):
             raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
-        if scorer is None:
-            scorer = BERTScorer(config, idf_corpus=idf_corpus, **fields)
-        elif config is not None or fields or idf_corpus is not None:
-            raise ValueError("give either scorer= or scorer settings (config, idf_corpus, fields), not both")
+        scorer = scorer_from(scorer, config, idf_corpus=idf_corpus, owner="MinimumRiskLoss", **fields)
         if scorer.config.idf and scorer.idf is None:
             raise ValueError("idf=True in MinimumRiskLoss needs a fixed IDF corpus: pass idf_corpus=[...]")
         self.__dict__["scorer"] = scorer  # frozen, outside parameters() and state_dict()

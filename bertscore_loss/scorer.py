@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import logging
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -17,15 +18,41 @@ from tqdm.auto import tqdm
 
 from .baseline import load_baseline, packaged_baseline
 from .config import ScorerConfig
-from .encoder import BERTScoreWarning, FrozenEncoder, PackedEmbeddings
+from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
-from .pipeline import PRF, Scores, ScoringPlan, nan_table, reduce_references
-from .registry import encoder_for
+from .matching import cosine_matrix, greedy_match
+from .packed import PackedEmbeddings
+from .pipeline import PRF, Scores, ScoringPlan, encode, nan_table, reduce_references
+from .registry import encoder_for, moved, normalize_device
 from .validation import check_lists, check_pairs, check_references, check_texts
 
-__all__ = ["PRF", "BERTScorer", "ScorerConfig", "Scores", "reduce_references"]
+__all__ = ["PRF", "BERTScorer", "ScorerConfig", "Scores", "TokenSimilarity", "reduce_references", "scorer_from"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TokenSimilarity:
+    """Everything the heatmap shows for one pair.
+
+    ``sim`` ``[Lc, Lr]`` cosine similarities of all tokens (special tokens included: they are match
+    targets); ``cand_match`` ``[Lc]`` / ``ref_match`` ``[Lr]`` the greedy match of each token;
+    ``cand_weight`` / ``ref_weight`` the token weights (IDF or 1; 0 for special tokens);
+    ``scores`` (P, R, F) as :meth:`BERTScorer.score` gives them (rescaled when the scorer rescales).
+    """
+
+    cand_tokens: list[str]
+    ref_tokens: list[str]
+    sim: Tensor
+    cand_match: Tensor
+    ref_match: Tensor
+    cand_weight: Tensor
+    ref_weight: Tensor
+    scores: tuple[float, float, float]
+    idf: bool
+    layer: int
+    model: str
+
 
 
 class BERTScorer:
@@ -43,11 +70,15 @@ class BERTScorer:
         encoder: FrozenEncoder | None = None,
         **fields: Any,
     ) -> None:
+        unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(ScorerConfig)})
+        if unknown:
+            raise TypeError(f"unknown scorer setting(s) {', '.join(map(repr, unknown))} (see ScorerConfig)")
         config = dataclasses.replace(config or ScorerConfig(), **fields)
         config.validate()
+        if idf_corpus is not None and not config.idf:
+            raise ValueError("idf_corpus is given but idf=False: pass idf=True to weight tokens by IDF")
         self.config = config
         self.encoder: FrozenEncoder = encoder or encoder_for(config)
-        self.config.layer = self.encoder.layer
         if config.cache_bytes:
             self.encoder.enable_cache(config.cache_bytes)
         self.baseline: Tensor | None = None
@@ -60,6 +91,24 @@ class BERTScorer:
         if idf_corpus is not None:
             self.set_idf_corpus(idf_corpus)
 
+    @property
+    def layer(self) -> int:
+        """The layer whose output is scored (``config.layer``, or the preset it resolved to)."""
+        return self.encoder.layer
+
+    def on(self, device: str | torch.device) -> BERTScorer:
+        """This scorer on ``device``: the same settings, IDF table and baseline, with the registry's encoder
+        there (``self`` when it is already there). The encoder is never moved under its other users."""
+        dev = normalize_device(device)
+        if self.encoder is not None and self.encoder.device == dev:
+            return self
+        other = copy.copy(self)
+        other.config = dataclasses.replace(self.config, device=str(dev))
+        other.encoder = encoder_for(other.config) if self.encoder is None else moved(self.encoder, dev)
+        if other.config.cache_bytes:
+            other.encoder.enable_cache(other.config.cache_bytes)
+        return other
+
     # --- IDF -------------------------------------------------------------------------------
     def set_idf_corpus(self, corpus: Sequence[str], *, description: str | None = None) -> Tensor:
         """Fix the IDF table from ``corpus`` (list of sentences); returns it ``[V]``.
@@ -67,6 +116,8 @@ class BERTScorer:
         ``description`` names the table in :meth:`signature` (default ``corpus:<size>:<sha1>``; the
         distributed path passes ``"refs"`` for a table over all references, as one :meth:`score` call).
         """
+        if not self.config.idf:
+            raise ValueError("an IDF corpus needs idf=True: this scorer was built with idf=False")
         corpus = check_texts(corpus, "idf_corpus")
         if not corpus:
             raise ValueError("the IDF corpus is empty: IDF needs at least one sentence")
@@ -80,27 +131,29 @@ class BERTScorer:
         """Whether a call over ``n`` texts shows a progress bar (``config.progress``; None = 1,000 or more)."""
         return self.config.progress if self.config.progress is not None else n >= 1000
 
-    def embed(self, texts: Sequence[str], *, progress: bool | None = None) -> tuple[PackedEmbeddings, list[list[int]]]:
-        """Embeddings of ``texts`` (each encoded once, in input order) and their token ids."""
-        packed, ids, truncated = self.encoder.embed_texts(
-            texts,
-            batch_tokens=self.config.batch_tokens,
-            progress=self.show_progress(len(texts)) if progress is None else progress,
+    def embed(
+        self, texts: Sequence[str], *, progress: bool | None = None, cacheable: Sequence[bool] | None = None
+    ) -> tuple[PackedEmbeddings, list[list[int]]]:
+        """Embeddings of ``texts`` (each encoded once, in input order) and their token ids.
+
+        ``cacheable``: which texts may go through the encoder's cache (``cache_bytes``; default all).
+        """
+        progress = self.config.progress if progress is None else progress
+        return encode(
+            self.encoder, texts, batch_tokens=self.config.batch_tokens, progress=progress, cacheable=cacheable
         )
-        if truncated:
-            warnings.warn(
-                f"{truncated} input text(s) are longer than the model's maximum of "
-                f"{self.encoder.max_length} tokens and were truncated",
-                BERTScoreWarning,
-                stacklevel=4,
-            )
-        return packed, ids
 
-    def weights(self, packed: PackedEmbeddings, idf: Tensor | None) -> Tensor:
-        """Per-token weights ``[T]`` aligned with ``packed.flat``."""
-        return token_weights(packed.token_ids, self.encoder.special_ids, idf)
+    def weights(self, packed: PackedEmbeddings) -> Tensor:
+        """Per-token weights ``[T]`` aligned with ``packed.flat``: the fixed IDF table's (1 without IDF), 0 for
+        special tokens. (Without a fixed table, IDF over each call's references is the plan's.)"""
+        return token_weights(packed.token_ids, self.encoder.special_ids, self.idf)
 
-    def plan(self) -> ScoringPlan:
+    def vocab_weights(self) -> Tensor:
+        """The weight of every vocabulary id ``[V]`` (CPU float32): the same rule as :meth:`weights`."""
+        ids = torch.arange(self.encoder.vocab_size)
+        return token_weights(ids, self.encoder.special_ids, self.idf).float()
+
+    def _plan(self) -> ScoringPlan:
         """A fresh :class:`~bertscore_loss.pipeline.ScoringPlan` of this scorer (encoder, IDF, baseline, budgets)."""
         return ScoringPlan(
             special_ids=self.encoder.special_ids,
@@ -110,9 +163,9 @@ class BERTScorer:
             baseline=self.baseline,
             multi_ref=self.config.multi_ref,
             max_elements=self.config.max_elements,
-            embed=lambda texts, progress: (
-                self.embed(texts) if progress is None else self.embed(texts, progress=progress)
-            ),
+            encoder=self.encoder,
+            batch_tokens=self.config.batch_tokens,
+            progress=self.config.progress,
         )
 
     # --- scoring -----------------------------------------------------------------------------
@@ -205,14 +258,14 @@ class BERTScorer:
         self, lists: list[list[str]], groups: list[list[str]], reduce: bool, progress: bool | None
     ) -> Scores | list[Tensor]:
         """:meth:`score_groups` on checked inputs: the one pipeline (rows → embed → warn → match → reduce)."""
-        plan = self.plan()
+        plan = self._plan()
         cand_rows = [plan.rows(row) for row in lists]
         ref_rows = [plan.rows(g) for g in groups]
         empty = torch.zeros(0, dtype=torch.long)
         all_cands = torch.cat(cand_rows) if cand_rows else empty
         all_refs = torch.cat(ref_rows) if ref_rows else empty
-        plan.embed(all_refs, progress=progress)
-        plan.warn_inputs(all_cands, all_refs, stacklevel=5)
+        plan.embed(all_refs, progress=progress, cacheable=all_refs if self.config.cache_texts == "references" else None)
+        plan.warn_inputs(all_cands, all_refs)
         if not reduce:
             show = self.show_progress(len(plan.texts)) if progress is None else progress
             return [plan.rescale(b) for b in plan.score_blocks(cand_rows, ref_rows, progress=show)]
@@ -303,6 +356,39 @@ class BERTScorer:
         assert isinstance(out, Scores)
         return Scores(out.precision[:, 0], out.recall[:, 0], out.f1[:, 0], out.ref_index[:, 0])
 
+    def token_similarity(self, cand: str, ref: str) -> TokenSimilarity:
+        """Why a pair scores what it does: token similarities, greedy matches, weights and P/R/F of ``cand``
+        against ``ref`` (IDF: the fixed table, else over the one reference, as :meth:`score`)."""
+        if not isinstance(cand, str) or not isinstance(ref, str):
+            raise TypeError("cand and ref must be str")
+        if not cand.strip() or not ref.strip():
+            raise ValueError("cand and ref must be non-empty texts")
+        enc = self.encoder
+        plan = self._plan()
+        rows = plan.rows([cand, ref])
+        plan.embed(rows[1:])
+        plan.warn_inputs(rows[:1], rows[1:])
+        assert plan.packed is not None and plan.weight is not None
+        ids = [plan.ids[int(i)] for i in rows]
+        emb, mask, w = plan.packed.gather(rows.to(plan.packed.flat.device), plan.weight)
+        lc, lr = len(ids[0]), len(ids[1])
+        sim = cosine_matrix(emb[0:1, :lc], emb[1:2, :lr], normalized=True)  # [1, Lc, Lr], for the picture
+        m = greedy_match(sim)
+        scores = plan.reduce(plan.score_pairs(rows[:1], rows[1:]), [1])  # the exact pipeline's P, R, F
+        return TokenSimilarity(
+            cand_tokens=enc.tokenizer.convert_ids_to_tokens(ids[0]),
+            ref_tokens=enc.tokenizer.convert_ids_to_tokens(ids[1]),
+            sim=sim[0].cpu(),
+            cand_match=m.cand_index[0].cpu(),
+            ref_match=m.ref_index[0].cpu(),
+            cand_weight=w[0, :lc].cpu(),
+            ref_weight=w[1, :lr].cpu(),
+            scores=(float(scores.precision[0]), float(scores.recall[0]), float(scores.f1[0])),
+            idf=self.config.idf,
+            layer=enc.layer,
+            model=enc.name,
+        )
+
     # --- reproducibility -----------------------------------------------------------------------
     def signature(self) -> str:
         """A sacrebleu-style string naming everything that determines the scores."""
@@ -329,3 +415,29 @@ class BERTScorer:
             f"|multi-ref:{c.multi_ref}{long}|dtype:{c.dtype}|transformers:{transformers.__version__}"
             f"|torch:{torch.__version__}"
         )
+
+
+def scorer_from(
+    scorer: BERTScorer | None,
+    config: ScorerConfig | None = None,
+    *,
+    idf_corpus: Sequence[str] | None = None,
+    encoder: FrozenEncoder | None = None,
+    owner: str = "this object",
+    **fields: Any,
+) -> BERTScorer:
+    """The one constructor rule of everything built on a scorer (loss, risk, reranker, metric, integrations):
+    an existing ``scorer``, **or** the scorer's settings (``config``, ``idf_corpus``, ``encoder``, and
+    :class:`ScorerConfig` fields as keywords) to build one; giving both is an error naming what was given."""
+    if scorer is None:
+        return BERTScorer(config, idf_corpus=idf_corpus, encoder=encoder, **fields)
+    if not isinstance(scorer, BERTScorer):
+        raise TypeError(f"{owner}: scorer must be a BERTScorer, got {type(scorer).__name__}")
+    given = [n for n, v in (("config", config), ("idf_corpus", idf_corpus), ("encoder", encoder)) if v is not None]
+    given += sorted(fields)
+    if given:
+        raise ValueError(
+            f"{owner}: pass scorer=... or the scorer's settings ({', '.join(given)}), not both: "
+            "the settings would be ignored"
+        )
+    return scorer

@@ -108,7 +108,7 @@ class LogitConfig:
     the best exact value over rows and checks); ``prior_scales``: restart ``r`` starts from
     ``prior_scales[r % len(prior_scales)] * prior``; ``lr``/``eps``: Adam's; ``temperature``: τ of the
     soft max in the relaxation; ``beta_start``: F_beta of the relaxation, annealed linearly from this
-    value to the loss's own ``beta`` (recall first; ignored for ``measure`` p or r);
+    value to the loss's own ``beta`` (recall first; ignored for ``measure`` precision or recall);
     ``gumbel_temperature``: soft Gumbel-softmax temperature, annealed geometrically from the first value
     to the second; ``check_every``: steps between exact scorings of the argmax ids (the last step is
     always scored); ``batch_size``: references per Adam run; ``seed``: initial noise (the global RNG is

@@ -27,8 +27,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
 )
 
-from bertscore_loss import BERTScorer
-from bertscore_loss.encoder import bundled_model_path
+from bertscore_loss import BERTScorer, bundled_model_path
 from bertscore_loss.integrations import SemanticLoss, bertscore_compute_metrics
 
 DATA = Path(__file__).resolve().parent / "data"

@@ -22,8 +22,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer, GPT2Config, GPT2LMHeadModel
 from trl import GRPOConfig, GRPOTrainer
 
-from bertscore_loss import BERTScorer
-from bertscore_loss.encoder import bundled_model_path
+from bertscore_loss import BERTScorer, bundled_model_path
 from bertscore_loss.integrations import BERTScoreReward, MBRConsensusReward
 
 DATA = Path(__file__).resolve().parent / "data"

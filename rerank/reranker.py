@@ -15,16 +15,24 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from bertscore_loss import BERTScorer, FrozenEncoder, ScorerConfig, reduce_references
+from bertscore_loss import (
+    MEASURES,
+    BERTScorer,
+    FrozenEncoder,
+    Measure,
+    ScorerConfig,
+    check_measure,
+    reduce_references,
+    scorer_from,
+)
 from bertscore_loss.validation import check_lists, check_references
 
 __all__ = ["Expectation", "Measure", "NBestReranker", "RerankResult", "expected_utility"]
 
 logger = logging.getLogger(__name__)
 
-Measure = Literal["f", "p", "r"]
 Expectation = Literal["uniform", "model"]
-_MEASURES = {"p": 0, "r": 1, "f": 2}
+_MEASURES = {name: k for k, name in enumerate(MEASURES)}
 
 
 @dataclass
@@ -55,7 +63,7 @@ class NBestReranker:
     keywords: ``model``, ``layer``, ``idf``, ``rescale``, ``baseline``, ``device``, ``dtype``,
     ``max_elements`` …), or pass an existing ``scorer`` (or ``encoder``) to share its model.
 
-    Defaults of :meth:`rerank`, overridable per call: ``measure`` (``"f"``, ``"p"`` or ``"r"``),
+    Defaults of :meth:`rerank`, overridable per call: ``measure`` (``"f1"``, ``"precision"`` or ``"recall"``),
     ``include_self`` (MBR: whether U[i, i] counts), ``expectation`` (MBR: ``"uniform"`` or ``"model"``
     = weighted by ``softmax(model_scores / temperature)``) and ``weight`` (interpolation with the
     model scores).
@@ -72,19 +80,16 @@ class NBestReranker:
         scorer: BERTScorer | None = None,
         encoder: FrozenEncoder | None = None,
         idf_corpus: Sequence[str] | None = None,
-        measure: Measure = "f",
+        measure: Measure = "f1",
         include_self: bool = False,
         expectation: Expectation = "uniform",
         temperature: float = 1.0,
         weight: float = 0.0,
         **fields: Any,
     ) -> None:
-        if scorer is not None:
-            if config is not None or fields or encoder is not None or idf_corpus is not None:
-                raise ValueError("pass either scorer=... or the scorer's settings (config, fields, encoder), not both")
-            self.scorer = scorer
-        else:
-            self.scorer = BERTScorer(config, idf_corpus=idf_corpus, encoder=encoder, **fields)
+        self.scorer = scorer_from(
+            scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="NBestReranker", **fields
+        )
         _check_options(measure, expectation, temperature, weight)
         self.measure: Measure = measure
         self.include_self = bool(include_self)
@@ -250,8 +255,7 @@ def expected_utility(
 
 # --- validation -----------------------------------------------------------------------------------
 def _check_options(measure: str, expectation: str, temperature: float, weight: float) -> None:
-    if measure not in _MEASURES:
-        raise ValueError(f"measure must be 'f', 'p' or 'r', got {measure!r}")
+    check_measure(measure)
     if expectation not in ("uniform", "model"):
         raise ValueError(f"expectation must be 'uniform' or 'model', got {expectation!r}")
     if not temperature > 0:

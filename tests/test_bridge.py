@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer
+from bertscore_loss import BERTScorer, BERTScoreWarning
 from bertscore_loss.bridge import VocabBridge, _Continuation
-from bertscore_loss.encoder import BERTScoreWarning
 from bertscore_loss.loss import BERTScoreLoss
 
 from .conftest import LANG_PAIRS, fixed_corpus, wmt16

@@ -15,9 +15,11 @@ from torch.utils.data import DataLoader
 
 from bertscore_loss import BERTScorer, write_baseline
 from bertscore_loss.cache import EmbeddingCache
+from bertscore_loss.config import batch_tokens_for
 from bertscore_loss.lightning import BERTScoreMetric
 from bertscore_loss.lightning.distributed import ShardSampler, shard_indices
 from bertscore_loss.lightning.registry import get_encoder, loaded_encoders
+from bertscore_loss.registry import private_copy
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,12 +128,12 @@ def test_reset_between_epochs_and_forward(tiny_bert_dir, expected):
 
 def test_reference_cache_skips_references_and_keeps_results(tiny_bert_dir, monkeypatch):
     cached = BERTScoreMetric(tiny_bert_dir, 2, per_sample=True, ref_cache_bytes=1 << 24)
-    plain = BERTScoreMetric(tiny_bert_dir, 2, per_sample=True, ref_cache_bytes=0)
     enc = cached.scorer.encoder
-    assert plain.scorer.encoder is enc
-    # The registry shares this encoder with earlier tests' scorers and losses (a loss turns on the
-    # encoder's own text cache): measure the metric's reference cache with that one off.
-    monkeypatch.setattr(enc, "cache", EmbeddingCache(0))
+    # The registry shares this encoder with earlier tests' scorers and losses: start its cache empty, and
+    # give the uncached metric a private copy of the encoder (no cache), so the counts are this test's.
+    monkeypatch.setattr(enc, "cache", EmbeddingCache(1 << 24))
+    plain = BERTScoreMetric(scorer=BERTScorer(encoder=private_copy(enc)), per_sample=True, ref_cache_bytes=0)
+    assert plain.scorer.encoder is not enc and plain.scorer.encoder.cache.max_bytes == 0
     encoded: list[int] = []
     real = enc.embed_ids
 
@@ -155,7 +157,7 @@ def test_reference_cache_skips_references_and_keeps_results(tiny_bert_dir, monke
         assert first_epoch_count == (n_cands + n_refs if epoch == 0 else n_cands)
     assert cached.ref_cache.hits == 2 * n_refs and len(cached.ref_cache) == n_refs
     # bounded by bytes: a cache smaller than one embedding keeps nothing and changes nothing
-    tiny = BERTScoreMetric(tiny_bert_dir, 2, per_sample=True, ref_cache_bytes=64)
+    tiny = BERTScoreMetric(scorer=BERTScorer(encoder=private_copy(enc)), per_sample=True, ref_cache_bytes=64)
     c = run_epoch(tiny, CANDS, REFS, 7)
     assert len(tiny.ref_cache) == 0 and tiny.ref_cache.nbytes <= 64
     assert torch.equal(c["f1"], b["f1"])
@@ -192,12 +194,12 @@ def test_encoder_follows_metric_device_without_moving_other_sharers(tiny_bert_di
     a = BERTScoreMetric(tiny_bert_dir, 2)
     b = BERTScoreMetric(tiny_bert_dir, 2)
     cpu_enc = a.scorer.encoder
-    assert a.scorer.config.batch_tokens == 1024  # small sub-batches on CPU: less padding
+    assert batch_tokens_for(a.device, a.scorer.config.batch_tokens) == 2048  # the one CPU default
     a.to("meta")  # any second device: the registry gives `a` its own copy there
     assert a.device.type == "meta" and a.encoder_device.type == "meta"
     assert a.scorer.encoder is get_encoder(tiny_bert_dir, 2, "float32", "meta")
     assert a.scorer.encoder is not cpu_enc
-    assert a.scorer.config.batch_tokens == 8192  # the core's budget on accelerators
+    assert batch_tokens_for(a.device, a.scorer.config.batch_tokens) == 8192  # the budget on accelerators
     assert BERTScoreMetric(tiny_bert_dir, 2, batch_tokens=300).to("meta").scorer.config.batch_tokens == 300
     assert b.scorer.encoder is cpu_enc and cpu_enc.device.type == "cpu"  # the sharer did not move
     c = BERTScoreMetric(tiny_bert_dir, 2).to("meta")

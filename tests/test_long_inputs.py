@@ -7,8 +7,7 @@ import warnings
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, FrozenEncoder
-from bertscore_loss.encoder import BERTScoreWarning
+from bertscore_loss import BERTScorer, BERTScoreWarning, FrozenEncoder
 
 from .conftest import bundled_path, wmt16
 

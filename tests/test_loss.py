@@ -250,7 +250,7 @@ def test_loss_options_and_bad_input(tiny_bert_dir):
     base = BERTScoreLoss(model=tiny_bert_dir, layer=2, device="cpu", reduction="none")
     ids = torch.tensor([[1037, 4937], [1996, 3899]])
     out = base(ids, ["a cat sat", "the dog"])
-    for measure, beta, expect in (("p", 1.0, out.precision), ("r", 1.0, out.recall)):
+    for measure, beta, expect in (("precision", 1.0, out.precision), ("recall", 1.0, out.recall)):
         other = BERTScoreLoss(encoder=base.encoder, measure=measure, beta=beta, reduction="none")
         assert torch.allclose(other(ids, ["a cat sat", "the dog"]).loss, 1 - expect)
     f2 = BERTScoreLoss(encoder=base.encoder, beta=2.0, reduction="sum")(ids, ["a cat sat", "the dog"])

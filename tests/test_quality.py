@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, load_baseline, read_baseline, write_baseline
+from bertscore_loss import BERTScorer, BERTScoreWarning, load_baseline, read_baseline, write_baseline
 from bertscore_loss.baseline import packaged_baseline
 from bertscore_loss.cli import build_parser
 from bertscore_loss.cli.baseline import register as add_baseline_parser
 from bertscore_loss.cli.plot import register as add_plot_parser
 from bertscore_loss.cli.tune_layers import register as add_tune_layers_parser
-from bertscore_loss.encoder import BERTScoreWarning
 from bertscore_loss.idf import idf_table
 from bertscore_loss.presets import BUNDLED_NAME
 from bertscore_loss.quality import (

@@ -157,7 +157,7 @@ def test_exact_copy_of_the_reference_wins(tiny):
     assert res.best_index == 2 and res.best == "the cat sat on the mat"
     assert res.bertscore[0] == pytest.approx(1.0, abs=1e-6)
     assert all(s < 1.0 - 1e-4 for s in res.bertscore[1:])
-    for measure in ("p", "r"):
+    for measure in ("precision", "recall"):
         assert tiny.rerank(cands, ["the cat sat on the mat"], measure=measure)[0].best_index == 2
 
 
@@ -281,13 +281,13 @@ def test_tiles_and_chunks_give_the_same_scores(tiny_scorer):
 
 def test_each_unique_sentence_is_encoded_once(tiny, monkeypatch):
     calls = []
-    real = tiny.scorer.embed
+    real = tiny.scorer.encoder.embed_texts
 
-    def spy(texts):
+    def spy(texts, **kw):
         calls.append(list(texts))
-        return real(texts)
+        return real(texts, **kw)
 
-    monkeypatch.setattr(tiny.scorer, "embed", spy)
+    monkeypatch.setattr(tiny.scorer.encoder, "embed_texts", spy)
     tiny.rerank([["a cat", "a dog ", "a cat"], ["a dog", "a bird"]], ["a cat", ["a bird", "a cat"]])
     assert calls == [["a cat", "a dog", "a bird"]]
 
@@ -315,7 +315,7 @@ def test_bad_input_is_a_clear_error(tiny):
         tiny.rerank([["a", "b"]], expectation="model")
     with pytest.raises(ValueError, match="measure must be"):
         tiny.rerank([["a", "b"]], measure="g")
-    with pytest.raises(ValueError, match="either scorer"):
+    with pytest.raises(ValueError, match="not both"):
         NBestReranker(scorer=tiny.scorer, layer=2)
     assert tiny.rerank([]) == []
 

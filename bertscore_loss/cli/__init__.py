@@ -12,8 +12,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from .. import ModelNotFoundError
 from ..baseline import BaselineNotFoundError
-from ..encoder import ModelNotFoundError
 from . import baseline, plot, rerank, score, tune_layers
 from .common import quiet_libraries
 

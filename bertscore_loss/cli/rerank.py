@@ -6,6 +6,7 @@ import argparse
 import math
 import sys
 
+from .. import MEASURES
 from ..textio import iter_lines
 from .common import UsageError, add_scorer_args, check_stdin_once, read_input_lines, scorer_from_args
 
@@ -135,7 +136,7 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "-r", "--refs", action="append", default=[], help="references file, one line per source; repeat for several"
     )
     p.add_argument("--mbr", action="store_true", help="minimum-Bayes-risk: the candidates are each other's references")
-    p.add_argument("--measure", choices=["f", "p", "r"], default="f", help="BERTScore measure (default: f)")
+    p.add_argument("--measure", choices=list(MEASURES), default="f1", help="BERTScore measure (default: f1)")
     p.add_argument("--include-self", action="store_true", help="MBR: let U[i, i] count in candidate i's expectation")
     p.add_argument(
         "--expectation",

@@ -85,7 +85,7 @@ class BERTScoreMetrics:
     ) -> None:
         if distributed not in ("shard", "replicate"):
             raise ValueError(f"distributed must be 'shard' or 'replicate', got {distributed!r}")
-        scorer = resident_scorer(scorer, cache_bytes, fields)
+        scorer = resident_scorer(scorer, cache_bytes, fields, "bertscore_compute_metrics")
         self.tokenizer = tokenizer
         self.scorer = scorer
         self.prefix = prefix

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bertscore_loss import BERTScorer
+from bertscore_loss import BERTScorer, check_measure, scorer_from
 
 from ._dist import all_gather_objects, world
 from ._scorer import resident_scorer
@@ -89,9 +89,8 @@ class BERTScoreReward:
         name: str = "bertscore",
         **fields: Any,
     ) -> None:
-        if measure not in ("precision", "recall", "f1"):
-            raise ValueError(f"measure must be 'precision', 'recall' or 'f1', got {measure!r}")
-        scorer = resident_scorer(scorer, cache_bytes, fields)
+        check_measure(measure)
+        scorer = resident_scorer(scorer, cache_bytes, fields, "BERTScoreReward")
         self.scorer = scorer
         self.reference_column = reference_column
         self.measure = measure
@@ -114,7 +113,7 @@ class BERTScoreReward:
         if keep:
             scores = self.scorer.score([texts[i] for i in keep], [_references(refs[i]) for i in keep])
             self.calls += 1
-            values = scores[("precision", "recall", "f1").index(self.measure)].tolist()
+            values = getattr(scores, self.measure).tolist()
             for i, v in zip(keep, values):
                 rewards[i] = float(v)
         return rewards
@@ -147,15 +146,10 @@ class MBRConsensusReward:
         name: str = "bertscore_mbr",
         **fields: Any,
     ) -> None:
-        if measure not in ("precision", "recall", "f1"):
-            raise ValueError(f"measure must be 'precision', 'recall' or 'f1', got {measure!r}")
+        check_measure(measure)
         if num_generations is not None and num_generations < 2:
             raise ValueError("num_generations must be >= 2 (a group needs other members)")
-        if scorer is None:
-            scorer = BERTScorer(**fields)
-        elif fields:
-            raise ValueError("pass scorer fields or a scorer, not both")
-        self.scorer = scorer
+        self.scorer = scorer_from(scorer, owner="MBRConsensusReward", **fields)
         self.num_generations = num_generations
         self.measure = measure
         self.empty_value = float(empty_value)
@@ -201,7 +195,7 @@ class MBRConsensusReward:
         if pairs:
             scores = self.scorer.score([texts[i] for i, _ in pairs], [texts[j] for _, j in pairs])
             self.calls += 1
-            values = scores[("precision", "recall", "f1").index(self.measure)].tolist()
+            values = getattr(scores, self.measure).tolist()
             sums: dict[int, list[float]] = {}
             for (i, _), v in zip(pairs, values):
                 acc = sums.setdefault(i, [0.0, 0.0])

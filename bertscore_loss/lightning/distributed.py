@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from .. import PRF
 from ..config import ScorerConfig
-from ..pipeline import PRF
 from ..registry import encoder_on
 from ..scorer import BERTScorer
 from ..validation import check_pairs

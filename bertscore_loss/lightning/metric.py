@@ -16,23 +16,28 @@ from torchmetrics.utilities import dim_zero_cat
 
 from ..cache import EmbeddingCache
 from ..config import ScorerConfig
-from ..encoder import ACCEL_BATCH_TOKENS
-from ..registry import encoder_on
-from ..scorer import BERTScorer
+from ..registry import encoder_on, moved
+from ..scorer import BERTScorer, scorer_from
 from ..textio import read_corpus
 from ..validation import check_pairs, check_texts
 
 logger = logging.getLogger(__name__)
 
 _MEASURES = ("precision", "recall", "f1")
-
-#: Default padded-token budget of one encoder batch on CPU *for validation batches* (the core's general
-#: CPU default is ``encoder.CPU_BATCH_TOKENS`` = 2048). A validation batch is encoded in one call, so
-#: the budget decides how many length-sorted sub-batches it is split into: with 8192 a batch of 64 WMT16
-#: pairs is one batch padded to its longest text (2.7x the real tokens), with 1024 about 1.4x; an epoch over
-#: 512 WMT16 dev pairs at MiniLM layer 4 on one CPU thread took 24.6 s with 8192 and 13.3 s with 1024.
-#: On accelerators the core's ``ACCEL_BATCH_TOKENS`` (8192) applies.
-METRIC_CPU_BATCH_TOKENS = 1024
+_SETTINGS = (
+    "model",
+    "layer",
+    "idf",
+    "rescale",
+    "baseline",
+    "multi_ref",
+    "dtype",
+    "batch_tokens",
+    "max_elements",
+    "long_inputs",
+    "window_stride",
+    "allow_download",
+)
 
 
 def idf_sentences(corpus: str | os.PathLike | Sequence[str]) -> list[str]:
@@ -66,14 +71,16 @@ class BERTScoreMetric(Metric):
     ``parameters()``), and it follows the metric's device (``.to("cuda")`` switches to the registry's
     copy on that device; the copy on the old device is freed once no metric holds it).
 
-    ``idf=True`` needs ``idf_corpus`` (a list of sentences or a text file, one per line): the IDF table
-    is fixed at construction and never recomputed per batch. ``rescale=True`` uses ``baseline`` (a
-    ``LAYER,P,R,F`` file; None = the packaged one of the model). ``target`` may hold several references
-    per prediction (a list of str each), reduced by ``multi_ref``. ``batch_tokens``: padded tokens per
-    encoder batch (None = 1024 on CPU, 8192 elsewhere: a validation batch is split into length-sorted
-    sub-batches, and on CPU less padding wins). ``ref_cache_bytes`` bounds a cache of
-    reference embeddings (LRU, 0 = off): references seen in an earlier epoch are not re-encoded, so
-    later epochs encode only the predictions. Predictions are never cached.
+    Settings as :class:`~bertscore_loss.BERTScorer`'s (``model``, ``layer``, ``idf``, ``rescale``,
+    ``baseline``, ``multi_ref``, ``dtype``, ``batch_tokens``, ``max_elements``, ``long_inputs``,
+    ``window_stride``, ``allow_download``), **or** an existing ``scorer`` (its settings, IDF table and
+    baseline; both is an error). ``idf=True`` needs ``idf_corpus`` (a list of sentences or a text file, one
+    per line): the IDF table is fixed at construction and never recomputed per batch. ``rescale=True``
+    uses ``baseline`` (a ``LAYER,P,R,F`` file; None = the packaged one of the model). ``target`` may hold
+    several references per prediction (a list of str each), reduced by ``multi_ref``. ``device``: where the
+    metric (and so its encoder) starts; it follows ``.to()`` afterwards. ``ref_cache_bytes`` bounds the
+    encoder's embedding cache, used for references only (LRU, 0 = off): references seen in an earlier epoch
+    are not re-encoded, so later epochs encode only the predictions. Predictions are never cached.
     Other keyword arguments go to :class:`torchmetrics.Metric` (``sync_on_compute``, ``process_group``, ...).
     """
 
@@ -91,55 +98,57 @@ class BERTScoreMetric(Metric):
         model: str | None = None,
         layer: int | None = None,
         *,
+        scorer: BERTScorer | None = None,
         idf: bool = False,
         idf_corpus: str | os.PathLike | Sequence[str] | None = None,
         rescale: bool = False,
         baseline: str | None = None,
         multi_ref: Literal["max", "best_f"] = "max",
         dtype: Literal["float32", "bfloat16", "float16"] = "float32",
+        device: str | torch.device | None = None,
         batch_tokens: int | None = None,
         max_elements: int | None = None,
+        long_inputs: Literal["truncate", "window"] = "truncate",
+        window_stride: int | None = None,
         per_sample: bool = False,
         ref_cache_bytes: int = 256 << 20,
         allow_download: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if idf and idf_corpus is None:
-            raise ValueError(
-                "idf=True needs idf_corpus (a list of sentences or a file path): the metric fixes its IDF "
-                "table at construction instead of recomputing it from each batch's references"
-            )
-        if idf_corpus is not None and not idf:
-            raise ValueError("idf_corpus is given but idf=False: pass idf=True to weight tokens by IDF")
-        if ref_cache_bytes < 0:
-            raise ValueError(f"ref_cache_bytes must be >= 0, got {ref_cache_bytes}")
-        config = ScorerConfig(
-            model=model,
-            layer=layer,
-            idf=idf,
-            rescale=rescale,
-            baseline=baseline,
-            dtype=dtype,
-            batch_tokens=batch_tokens or METRIC_CPU_BATCH_TOKENS,
-            max_elements=max_elements,
-            multi_ref=multi_ref,
-            cache_bytes=0,  # the encoder-level cache would also keep predictions; refs use our own cache
-            progress=False,
-            allow_download=allow_download,
-        )
-        if batch_tokens is not None and batch_tokens < 1:
-            raise ValueError(f"batch_tokens must be positive, got {batch_tokens}")
+        values = locals()
+        defaults = ScorerConfig()
+        given = {k: values[k] for k in _SETTINGS if values[k] != getattr(defaults, k)}
+        if isinstance(ref_cache_bytes, bool) or not isinstance(ref_cache_bytes, int) or ref_cache_bytes < 0:
+            raise ValueError(f"ref_cache_bytes must be an int >= 0, got {ref_cache_bytes!r}")
+        if scorer is not None:
+            scorer_from(scorer, owner="BERTScoreMetric", **given)  # both is an error
+            if idf_corpus is not None:
+                raise ValueError("BERTScoreMetric: pass scorer=... or idf_corpus (a scorer setting), not both")
+            config = scorer.config
+        else:
+            if idf and idf_corpus is None:
+                raise ValueError(
+                    "idf=True needs idf_corpus (a list of sentences or a file path): the metric fixes its IDF "
+                    "table at construction instead of recomputing it from each batch's references"
+                )
+            config = ScorerConfig(**given)
+        config = dataclasses.replace(
+            config, cache_bytes=ref_cache_bytes, cache_texts="references", progress=False, device=None
+        ).validate()
+        if config.idf and scorer is not None and scorer.idf is None:
+            raise ValueError("BERTScoreMetric: the scorer has idf=True but no fixed IDF table (idf_corpus)")
         self.per_sample = bool(per_sample)
-        self._batch_tokens = batch_tokens
-        self._ref_cache = EmbeddingCache(int(ref_cache_bytes))
-        config.validate()
-        self._encoder_config = dataclasses.replace(config)  # the layer as asked: the registry key
-        encoder = encoder_on(self._encoder_config, self.device)
-        corpus = idf_sentences(idf_corpus) if idf_corpus is not None else None
         # A plain attribute (BERTScorer is not an nn.Module): the encoder stays out of the module tree.
-        self._scorer = BERTScorer(config, encoder=encoder, idf_corpus=corpus)
-        self._scorer.config.batch_tokens = self._budget(encoder.device)
+        dev = self.device if device is None else device
+        if scorer is not None:  # its encoder (the registry's copy on the metric's device, if registered)
+            self._scorer = BERTScorer(config, encoder=moved(scorer.encoder, dev))
+            self._scorer.idf, self._scorer.idf_description = scorer.idf, scorer.idf_description
+            encoder = self._scorer.encoder
+        else:
+            encoder = encoder_on(config, dev)
+            corpus = idf_sentences(idf_corpus) if idf_corpus is not None else None
+            self._scorer = BERTScorer(config, encoder=encoder, idf_corpus=corpus)
         if self.per_sample:
             for name in _MEASURES:
                 self.add_state(name, default=[], dist_reduce_fx="cat")
@@ -148,23 +157,16 @@ class BERTScoreMetric(Metric):
             for name in _MEASURES:
                 self.add_state(f"sum_{name}", default=torch.zeros((), dtype=torch.float64), dist_reduce_fx="sum")
             self.add_state("total", default=torch.zeros((), dtype=torch.long), dist_reduce_fx="sum")
+        if device is not None:
+            self.to(encoder.device)
 
     # --- the shared encoder follows the metric's device ------------------------------------------
     @property
     def scorer(self) -> BERTScorer:
         """The :class:`BERTScorer` (config, IDF table, baseline) bound to the encoder on this metric's device."""
-        enc = self._scorer.encoder
-        if enc is None or enc.device != self.device:
-            self._scorer.encoder = encoder_on(self._encoder_config, self.device)
-            self._scorer.config.batch_tokens = self._budget(self.device)
-            self._ref_cache.clear()  # cached rows live on the old device
+        if self._scorer.encoder is None or self._scorer.encoder.device != self.device:
+            self._scorer = self._scorer.on(self.device)
         return self._scorer
-
-    def _budget(self, device: torch.device) -> int:
-        """Padded tokens per encoder batch: as given, else by device kind (see ``CPU_BATCH_TOKENS``)."""
-        if self._batch_tokens is not None:
-            return self._batch_tokens
-        return METRIC_CPU_BATCH_TOKENS if device.type == "cpu" else ACCEL_BATCH_TOKENS
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> torch.nn.Module:
         this = super()._apply(fn, *args, **kwargs)
@@ -180,7 +182,6 @@ class BERTScoreMetric(Metric):
         # typed FrozenEncoder for every other user, so the attribute is set through __dict__).
         light.__dict__["encoder"] = None
         state["_scorer"] = light
-        state["_ref_cache"] = EmbeddingCache(self._ref_cache.max_bytes)
         return state
 
     @property
@@ -190,8 +191,9 @@ class BERTScoreMetric(Metric):
 
     @property
     def ref_cache(self) -> EmbeddingCache:
-        """The reference-embedding cache (``hits``/``misses`` count texts)."""
-        return self._ref_cache
+        """The encoder's embedding cache, which the metric fills with references only (``hits``/``misses``
+        count texts; shared with other users of the same encoder)."""
+        return self.scorer.encoder.cache
 
     # --- update / compute ---------------------------------------------------------------------
     def update(
@@ -217,14 +219,7 @@ class BERTScoreMetric(Metric):
                 raise ValueError(f"got {len(cands)} predictions but {index.numel()} indices: the lengths must match")
         if not cands:
             return
-        plan = self.scorer.plan()
-        cand_rows = plan.rows(cands)
-        ref_rows = plan.rows([r for g in groups for r in g])
-        plan.embed(ref_rows, cache=self._ref_cache, cacheable=ref_rows, progress=False)
-        plan.warn_inputs(cand_rows, ref_rows)
-        sizes = [len(g) for g in groups]
-        pair_cand = torch.repeat_interleave(cand_rows, torch.tensor(sizes, dtype=torch.long))
-        scores = plan.reduce(plan.score_pairs(pair_cand, ref_rows), sizes)[:3]
+        scores = self.scorer.score(cands, groups)
         if self.per_sample:
             for name, x in zip(_MEASURES, scores):
                 getattr(self, name).append(x.to(self.device))

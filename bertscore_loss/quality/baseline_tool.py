@@ -15,9 +15,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..all_layers import embed_all_layers, load_full_encoder
 from ..baseline import write_baseline
 from ..encoder import FrozenEncoder
-from .layers import embed_all_layers, load_full_encoder
 
 logger = logging.getLogger(__name__)
 

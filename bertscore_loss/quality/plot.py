@@ -3,75 +3,16 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from torch import Tensor
 
-from ..matching import cosine_matrix, greedy_match
-from ..scorer import BERTScorer
-
-
-@dataclass
-class TokenSimilarity:
-    """Everything the heatmap shows for one pair.
-
-    ``sim`` ``[Lc, Lr]`` cosine similarities of all tokens (special tokens included: they are match
-    targets); ``cand_match`` ``[Lc]`` / ``ref_match`` ``[Lr]`` the greedy match of each token;
-    ``cand_weight`` / ``ref_weight`` the token weights (IDF or 1; 0 for special tokens);
-    ``scores`` (P, R, F) as :meth:`BERTScorer.score` gives them (rescaled when the scorer rescales).
-    """
-
-    cand_tokens: list[str]
-    ref_tokens: list[str]
-    sim: Tensor
-    cand_match: Tensor
-    ref_match: Tensor
-    cand_weight: Tensor
-    ref_weight: Tensor
-    scores: tuple[float, float, float]
-    idf: bool
-    layer: int
-    model: str
+from ..scorer import BERTScorer, TokenSimilarity
 
 
 def token_similarity(cand: str, ref: str, scorer: BERTScorer | None = None) -> TokenSimilarity:
-    """Token similarities, greedy matches, weights and P/R/F of ``cand`` against ``ref`` under ``scorer``.
-
-    ``scorer`` (default: the bundled model at its default layer) decides the model, layer, IDF (its
-    fixed IDF corpus, else IDF over the one reference, as :meth:`BERTScorer.score`) and rescaling.
-    """
-    if not isinstance(cand, str) or not isinstance(ref, str):
-        raise TypeError("cand and ref must be str")
-    if not cand.strip() or not ref.strip():
-        raise ValueError("cand and ref must be non-empty texts")
-    scorer = scorer or BERTScorer()
-    enc = scorer.encoder
-    plan = scorer.plan()
-    rows = plan.rows([cand, ref])
-    plan.embed(rows[1:])  # IDF (when on and not fixed) over the one reference, as BERTScorer.score
-    plan.warn_inputs(rows[:1], rows[1:])
-    assert plan.packed is not None and plan.weight is not None
-    ids = [plan.ids[int(i)] for i in rows]
-    emb, mask, w = plan.packed.gather(rows.to(plan.packed.flat.device), plan.weight)
-    assert w is not None
-    lc, lr = len(ids[0]), len(ids[1])
-    sim = cosine_matrix(emb[0:1, :lc], emb[1:2, :lr], normalized=True)  # [1, Lc, Lr], for the picture
-    m = greedy_match(sim)
-    scores = plan.reduce(plan.score_pairs(rows[:1], rows[1:]), [1])  # the exact pipeline's P, R, F
-    return TokenSimilarity(
-        cand_tokens=enc.tokenizer.convert_ids_to_tokens(ids[0]),
-        ref_tokens=enc.tokenizer.convert_ids_to_tokens(ids[1]),
-        sim=sim[0].cpu(),
-        cand_match=m.cand_index[0].cpu(),
-        ref_match=m.ref_index[0].cpu(),
-        cand_weight=w[0, :lc].cpu(),
-        ref_weight=w[1, :lr].cpu(),
-        scores=(float(scores.precision[0]), float(scores.recall[0]), float(scores.f1[0])),
-        idf=scorer.config.idf,
-        layer=enc.layer,
-        model=enc.name,
-    )
+    """:meth:`BERTScorer.token_similarity` of ``cand`` against ``ref`` (default scorer: the bundled model)."""
+    return (scorer or BERTScorer()).token_similarity(cand, ref)
 
 
 def similarity_figure(data: TokenSimilarity, *, annotate: bool | None = None):
