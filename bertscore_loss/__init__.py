@@ -35,6 +35,7 @@ from .search import (
     optimise_logits,
     token_log_prior,
 )
+from .signature import Signature
 
 __all__ = [
     "BERTScoreLoss",
@@ -58,6 +59,7 @@ __all__ = [
     "SearchConfig",
     "SearchResult",
     "SentencePieceVocab",
+    "Signature",
     "VocabBridge",
     "__version__",
     "bertscore",

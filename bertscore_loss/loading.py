@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import os
 import sys
 import warnings
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -215,18 +218,39 @@ def load_pretrained(model: str | None, allow_download: bool = False) -> tuple[An
         raise ModelNotFoundError(f"model {path!r} is a file; pass a folder holding config.json and weights")
     is_bundled = model is None or (folder and is_bundled_folder(path))
     kwargs: dict = {} if folder or allow_download else {"local_files_only": True}
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
-    except Exception as exc:  # transformers raises OSError, ValueError, TypeError, ... for a missing tokenizer
-        raise _load_error(path, folder, "tokenizer", exc) from exc
-    try:
-        hf_model = AutoModel.from_pretrained(path, **kwargs)
-    except Exception as exc:  # corrupt weights raise SafetensorError, RuntimeError, OSError, ...
-        raise _load_error(path, folder, "weights", exc) from exc
+    with _quiet_transformers():
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path, **kwargs)
+        except Exception as exc:  # transformers raises OSError, ValueError, TypeError, ... for a missing tokenizer
+            raise _load_error(path, folder, "tokenizer", exc) from exc
+        try:
+            hf_model = AutoModel.from_pretrained(path, **kwargs)
+        except Exception as exc:  # corrupt weights raise SafetensorError, RuntimeError, OSError, ...
+            raise _load_error(path, folder, "weights", exc) from exc
     if getattr(hf_model.config, "is_encoder_decoder", False) and hasattr(hf_model, "get_encoder"):
         hf_model = hf_model.get_encoder()
     check_tokenizer(tokenizer, hf_model, path)
     return tokenizer, hf_model, path, is_bundled
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """No "Loading weights" bar nor load report from transformers while loading, unless this library's
+    logger is at DEBUG level (``logging.getLogger("bertscore_loss").setLevel(logging.DEBUG)``)."""
+    from transformers.utils import logging as hf_logging
+
+    if logging.getLogger("bertscore_loss").isEnabledFor(logging.DEBUG):
+        yield
+        return
+    bars, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def is_packaged_path(path: str) -> bool:

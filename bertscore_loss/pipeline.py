@@ -223,7 +223,6 @@ class ScoringPlan:
                 rows = [] if idf_rows is None else idf_rows.tolist()
                 table = idf_table([self.ids[i] for i in rows], self.vocab_size) if rows else None
         self.weight = token_weights(self.packed.token_ids, self.special_ids, table)
-        self._table = table
         return table
 
     def _per_text(self, values: Tensor) -> Tensor:

@@ -166,14 +166,6 @@ def is_registered(encoder: FrozenEncoder) -> bool:
         return any(enc is encoder for enc in list(_REGISTRY.values()))
 
 
-def forget(encoder: FrozenEncoder) -> None:
-    """Take ``encoder`` out of the registry (e.g. after converting it in place); holders keep it."""
-    with _LOCK:
-        for key, enc in list(_REGISTRY.items()):
-            if enc is encoder:
-                del _REGISTRY[key]
-
-
 def loaded_encoders() -> list[FrozenEncoder]:
     """The distinct encoders alive in this process (for tests and memory accounting)."""
     seen: dict[int, FrozenEncoder] = {}

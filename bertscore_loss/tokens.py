@@ -36,6 +36,10 @@ class Tokenization:
     _call_kwargs: dict[str, Any]
     max_length: int
 
+    @property
+    def device(self) -> torch.device:  # the encoder's
+        raise NotImplementedError
+
     def _framing_ids(self) -> frozenset[int]:
         """Ids of the special tokens the tokenizer adds around a text (weight 0 in the score)."""
         ids = set(self.tokenizer("", add_special_tokens=True)["input_ids"])

@@ -21,6 +21,7 @@ from bertscore_loss import (
     FrozenEncoder,
     Measure,
     ScorerConfig,
+    Signature,
     check_measure,
     reduce_references,
     scorer_from,
@@ -101,7 +102,7 @@ class NBestReranker:
     def config(self) -> ScorerConfig:
         return self.scorer.config
 
-    def signature(self) -> str:
+    def signature(self) -> Signature:
         """The scorer's signature (everything that determines the BERTScore part)."""
         return self.scorer.signature()
 

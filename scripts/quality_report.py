@@ -10,8 +10,11 @@ dev sentence); then, for P, R and F with and without IDF:
 * sacrebleu sentence BLEU and sentence chrF on the same pairs;
 * every layer (the layer plot and tables), the default layer in the main table.
 
-    python scripts/quality_report.py                  # writes docs/quality.md and docs/quality-layers.png
-    python scripts/quality_report.py --limit 20 --out /tmp/q   # quick check (20 pairs per group)
+    python scripts/quality_report.py                  # writes runs/quality/quality.md and quality-layers.png
+    python scripts/quality_report.py --limit 20       # quick check (20 pairs per group), also under runs/quality
+    python scripts/quality_report.py --out docs       # only when asked: replaces the published docs/quality.md
+
+Nothing is written into docs/ unless ``--out`` says so.
 """
 
 from __future__ import annotations
@@ -47,7 +50,12 @@ MEASURES = ("P", "R", "F")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="folder with wmt16-daseg/ and stsb/")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for quality.md and quality-layers.png")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "quality",
+        help="folder for quality.md and quality-layers.png (default: runs/quality; docs/ only when given)",
+    )
     ap.add_argument("--limit", type=int, default=None, help="first N pairs per WMT16 language pair and of STS-B")
     ap.add_argument("--layer", type=int, default=BUNDLED_LAYER, help="layer of the main table (default: preset)")
     ap.add_argument("--device", default="cpu")

@@ -77,7 +77,7 @@ def test_windowed_scores_among_short_texts_keep_input_order(short_bert_dir):
     alone = torch.stack([windowed.score([c], [r])[2][0] for c, r in zip(cands, refs)])
     torch.testing.assert_close(f, alone, rtol=0, atol=1e-6)
     assert f[1].item() == pytest.approx(1.0, abs=1e-6)  # identical long texts
-    assert "|long:window(stride=7)|" in windowed.signature()  # half of the 14 text tokens of a window
+    assert "|long:window(stride=7)|" in str(windowed.signature())  # half of the 14 text tokens of a window
 
 
 def test_bad_window_options(short_bert_dir):

@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_libraries(args.verbose)
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C: one line, the shell's status for SIGINT
+        print("bertscore-loss: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader went away (e.g. `| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

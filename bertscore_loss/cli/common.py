@@ -155,7 +155,7 @@ def check_output_dir(path: str | os.PathLike, flag: str) -> Path:
     return p
 
 
-def write_summary(n: int, means: Sequence[float] | None, signature: str, *, per_line: bool) -> None:
+def write_summary(n: int, means: Sequence[float] | None, signature: object, *, per_line: bool) -> None:
     """The one rule for the summary (means and signature) of every scoring mode: on stdout when it is the
     output (means mode), on stderr when stdout carries one line per pair (``--per-line``, ``--stream``)."""
     values = None if means is None else "  ".join(f"{m}: {v:.6f}" for m, v in zip("PRF", means))

@@ -129,12 +129,18 @@ def cmd_score_stream(args: argparse.Namespace) -> int:
     scorer = scorer_from_args(args)
     total = [0.0, 0.0, 0.0]
     n = 0
-    for chunk in scorer.score_stream(iter_pairs(args), chunk_size=args.chunk_size or 4096):
-        write_rows(chunk.precision.tolist(), chunk.recall.tolist(), chunk.f1.tolist())
+    try:
+        for chunk in scorer.score_stream(iter_pairs(args), chunk_size=args.chunk_size or 4096):
+            write_rows(chunk.precision.tolist(), chunk.recall.tolist(), chunk.f1.tolist())
+            sys.stdout.flush()
+            for k, x in enumerate(chunk):
+                total[k] += float(x.double().sum())
+            n += len(chunk.f1)
+    except KeyboardInterrupt:  # every written line is whole (a chunk is one write): say how far it got
         sys.stdout.flush()
-        for k, x in enumerate(chunk):
-            total[k] += float(x.double().sum())
-        n += len(chunk.f1)
+        print(f"bertscore-loss: interrupted after {n} pairs (their lines are complete)", file=sys.stderr)
+        write_summary(n, [t / n for t in total] if n else None, scorer.signature(), per_line=True)
+        return 130
     write_summary(n, [t / n for t in total] if n else None, scorer.signature(), per_line=True)
     return 0
 

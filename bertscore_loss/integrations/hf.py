@@ -12,6 +12,7 @@ the Trainer's checkpoints, and the Trainer never pickles ``compute_metrics`` or 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -33,18 +34,20 @@ IGNORE_INDEX = -100
 def decode_ids(ids: np.ndarray | Tensor | Sequence[Sequence[int]], tokenizer: Any, **decode_kwargs: Any) -> list[str]:
     """Texts of token-id rows ``[N, L]`` (padded with the pad id or ``-100``), special tokens skipped.
 
-    Every negative id (the ``-100`` that the Trainer pads labels and gathered predictions with) becomes
-    the tokenizer's pad id (0 if it has none) before ``tokenizer.batch_decode(...,
-    skip_special_tokens=True, **decode_kwargs)``. Returns ``N`` stripped strings.
+    Every negative id (the ``-100`` that the Trainer pads labels and gathered predictions with) is
+    dropped, never mapped to an id (for a tokenizer without a pad token, id 0 is a real token, e.g.
+    GPT-2's ``"!"``); the rest goes to ``tokenizer.batch_decode(..., skip_special_tokens=True,
+    **decode_kwargs)``. Returns ``N`` stripped strings.
     """
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     if isinstance(ids, Tensor):
         rows = ids.detach().cpu().tolist()
     elif isinstance(ids, np.ndarray):
         rows = ids.tolist()
     else:
         rows = [list(r) for r in ids]
-    rows = [[int(t) if int(t) >= 0 else pad for t in r] for r in rows]
+    if rows and not isinstance(rows[0], list):
+        raise ValueError(f"token ids must be rows [N, L], got a 1-D sequence of {len(rows)} ids")
+    rows = [[int(t) for t in r if int(t) >= 0] for r in rows]
     decode_kwargs.setdefault("skip_special_tokens", True)
     return [t.strip() for t in tokenizer.batch_decode(rows, **decode_kwargs)]
 
@@ -93,24 +96,57 @@ class BERTScoreMetrics:
         self.distributed = distributed
         self.decode_kwargs = dict(decode_kwargs or {})
         self._pending = [0.0, 0.0, 0.0, 0.0]  # sums of P, R, F and rows over the batches of one evaluation
+        self._open = False  # inside an evaluation (a non-final batch was seen)
         self.stats: dict[str, int] = {}
 
+    def reset(self) -> None:
+        """Forget the sums of a batched evaluation (``batch_eval_metrics``): done at the start of each
+        evaluation and after a call that raised, so a failed evaluation never leaks into the next one."""
+        self._pending = [0.0, 0.0, 0.0, 0.0]
+        self._open = False
+
     def __call__(self, eval_pred: Any, compute_result: bool = True) -> dict[str, float | str]:
-        """Metrics of one evaluation (or ``{}`` for a non-final batch with ``batch_eval_metrics``)."""
-        preds = eval_pred.predictions
+        """Metrics of one evaluation (or ``{}`` for a non-final batch with ``batch_eval_metrics``).
+
+        ``eval_pred``: an ``EvalPrediction`` or a plain ``(predictions, labels)`` tuple.
+        """
+        if not getattr(self, "_open", False):
+            self.reset()  # the first batch of an evaluation starts from zero
+        self._open = True
+        try:
+            return self._call(eval_pred, compute_result)
+        except BaseException:
+            self.reset()
+            raise
+
+    def _call(self, eval_pred: Any, compute_result: bool) -> dict[str, float | str]:
+        if hasattr(eval_pred, "predictions"):
+            preds, labels = eval_pred.predictions, getattr(eval_pred, "label_ids", None)
+        elif isinstance(eval_pred, (tuple, list)) and len(eval_pred) == 2:
+            preds, labels = eval_pred
+        else:
+            raise TypeError(
+                "compute_metrics takes an EvalPrediction or a (predictions, labels) tuple, "
+                f"got {type(eval_pred).__name__}"
+            )
         if isinstance(preds, tuple):
             preds = preds[0]
         preds = np.asarray(preds.detach().cpu() if isinstance(preds, Tensor) else preds)
-        labels = eval_pred.label_ids
         if labels is None:
             raise ValueError("BERTScore needs the references: the evaluation dataset has no labels")
+        labels = np.asarray(labels.detach().cpu() if isinstance(labels, Tensor) else labels)
         if preds.ndim == 3:
             raise ValueError(
                 "predictions are logits [N, L, V]: set predict_with_generate=True (Seq2SeqTrainingArguments) "
                 "or pass preprocess_logits_for_metrics=lambda logits, labels: logits.argmax(-1)"
             )
+        if preds.ndim != 2 or labels.ndim != 2 or len(preds) != len(labels):
+            raise ValueError(
+                f"predictions must be token ids [N, Lp] and labels [N, Ll] with the same N; got predictions "
+                f"{list(preds.shape)} and labels {list(labels.shape)}"
+            )
         rank, size = world() if self.distributed == "shard" else (0, 1)
-        preds, labels = preds[rank::size], np.asarray(labels)[rank::size]
+        preds, labels = preds[rank::size], labels[rank::size]
         sums = [0.0, 0.0, 0.0, float(len(preds))]
         cache = self.scorer.encoder.cache
         misses, encoded = cache.misses, 0
@@ -126,13 +162,13 @@ class BERTScoreMetrics:
         if not compute_result:
             return {}
         total = all_reduce_sum(self._pending) if self.distributed == "shard" else self._pending
-        self._pending = [0.0, 0.0, 0.0, 0.0]
+        self.reset()
         n = max(total[3], 1.0)
         out: dict[str, float | str] = {
             f"{self.prefix}{name}": total[k] / n for k, name in enumerate(("precision", "recall", "f1"))
         }
         if self.signature:
-            out[f"{self.prefix}signature"] = self.scorer.signature()
+            out[f"{self.prefix}signature"] = str(self.scorer.signature())
         logger.debug(
             "BERTScore over %d rows (%d here, %d texts encoded)", int(total[3]), len(preds), self.stats["texts_encoded"]
         )
@@ -183,11 +219,16 @@ class SemanticLoss:
         label_smoothing: float = 0.0,
         **fields: Any,
     ) -> None:
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight < math.inf:
+            raise ValueError(f"weight must be a finite number >= 0, got {weight!r}")
+        if isinstance(label_smoothing, bool) or not 0.0 <= float(label_smoothing) <= 1.0:
+            raise ValueError(f"label_smoothing must lie in [0, 1], got {label_smoothing!r}")
         if criterion is None:
             fields.setdefault("reduction", "none")
             criterion = BERTScoreLoss(**fields)
         elif fields:
-            raise ValueError("pass loss fields or a criterion, not both")
+            given = ", ".join(sorted(fields))
+            raise ValueError(f"SemanticLoss: pass criterion=... or the loss settings ({given}), not both")
         if criterion.loss_config.reduction != "none":
             raise ValueError("the criterion must have reduction='none' (rows are weighted by their label tokens)")
         if bridge == "auto":
@@ -218,6 +259,11 @@ class SemanticLoss:
         logits = outputs["logits"] if isinstance(outputs, Mapping) else outputs[0]
         if labels is None:
             raise ValueError("SemanticLoss needs labels (the references)")
+        if logits.dim() != 3 or labels.dim() != 2 or tuple(logits.shape[:2]) != tuple(labels.shape):
+            raise ValueError(
+                f"SemanticLoss: logits must be [B, T, V] and labels [B, T] with the same B and T; got logits "
+                f"{list(logits.shape)} and labels {list(labels.shape)}"
+            )
         labels = labels.to(logits.device)
         if self.causal:
             logits, labels = logits[:, :-1], labels[:, 1:]

@@ -36,15 +36,43 @@ def _content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-def completion_text(completion: Completion | dict[str, Any]) -> str:
+def completion_text(completion: Completion | dict[str, Any], where: str = "completion") -> str:
     """The text to score: a string as is; for a list of messages, the assistant messages' text joined by
-    newlines (tool calls, tool results and other roles are left out), stripped."""
+    newlines (tool calls, tool results and other roles are left out), stripped. Anything else (None, a
+    number, bytes, a list of strings) is a TypeError naming ``where`` and what it got."""
     if isinstance(completion, str):
         return completion.strip()
     if isinstance(completion, dict):
         completion = [completion]
+    if (
+        isinstance(completion, (str, bytes, bytearray))
+        or not isinstance(completion, Sequence)
+        or not all(isinstance(m, dict) for m in completion)
+    ):
+        raise TypeError(
+            f"{where} must be a str or a list of chat messages (dicts with 'role' and 'content'), "
+            f"got {type(completion).__name__}: {completion!r:.60}"
+        )
     parts = [_content_text(m.get("content")) for m in completion if m.get("role", "assistant") == "assistant"]
     return "\n".join(p for p in parts if p).strip()
+
+
+def _column(value: Any, name: str, n: int) -> Sequence[Any]:
+    """A dataset column: a list (or tuple) of ``n`` rows, never a str (which would be read letter by letter)."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise TypeError(
+            f"column {name!r} must be a list with one entry per completion, got {type(value).__name__}: {value!r:.60}"
+        )
+    if len(value) != n:
+        raise ValueError(f"{n} completions but {len(value)} entries in column {name!r}")
+    return value
+
+
+def _prompts_and_completions(prompts: Any, completions: Any) -> tuple[Sequence[Any], Sequence[Any]]:
+    """TRL's ``prompts`` and ``completions`` lists, checked: lists (not a str) of the same length."""
+    if isinstance(completions, (str, bytes)) or not isinstance(completions, Sequence):
+        raise TypeError(f"completions must be a list (one per sample), got {type(completions).__name__}")
+    return _column(prompts, "prompts", len(completions)), completions
 
 
 def _references(value: Any) -> list[str]:
@@ -102,10 +130,9 @@ class BERTScoreReward:
         if self.reference_column not in columns:
             names = sorted(k for k, v in columns.items() if isinstance(v, (list, tuple)))
             raise KeyError(f"no dataset column {self.reference_column!r} among the reward's columns {names}")
-        refs = columns[self.reference_column]
-        if len(refs) != len(completions):
-            raise ValueError(f"{len(completions)} completions but {len(refs)} references")
-        texts = [completion_text(c) for c in completions]
+        prompts, completions = _prompts_and_completions(prompts, completions)
+        refs = _column(columns[self.reference_column], self.reference_column, len(completions))
+        texts = [completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
         rewards = [self.empty_value] * len(texts)
         keep = [i for i, t in enumerate(texts) if t]
         if len(keep) < len(texts):
@@ -158,9 +185,8 @@ class MBRConsensusReward:
         self.calls = 0
 
     def __call__(self, prompts: Sequence[Any], completions: Sequence[Completion], **columns: Any) -> list[float]:
-        if len(prompts) != len(completions):
-            raise ValueError(f"{len(completions)} completions but {len(prompts)} prompts")
-        texts = [completion_text(c) for c in completions]
+        prompts, completions = _prompts_and_completions(prompts, completions)
+        texts = [completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
         keys = [_prompt_key(p) for p in prompts]
         rank, size = world() if self.gather else (0, 1)
         offset = 0

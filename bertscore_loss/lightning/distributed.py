@@ -191,7 +191,7 @@ class PairScoringModule(pl.LightningModule):
         out = torch.zeros((3, n))
         for k in range(3):
             out[k, index] = torch.cat([p[k + 1] for p in parts])
-        self.result = DistributedScores(out[0], out[1], out[2], self.get_scorer().signature())
+        self.result = DistributedScores(out[0], out[1], out[2], str(self.get_scorer().signature()))
         if self.out_path is not None:
             torch.save(self.result._asdict(), self.out_path)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from ..cache import EmbeddingCache
 from ..config import ScorerConfig
 from ..registry import encoder_on, moved
 from ..scorer import BERTScorer, scorer_from
+from ..signature import Signature
 from ..textio import read_corpus
 from ..validation import check_pairs, check_texts
 
@@ -230,6 +232,19 @@ class BERTScoreMetric(Metric):
                 setattr(self, f"sum_{name}", getattr(self, f"sum_{name}") + x.to(self.device, torch.float64).sum())
             self.total = self.total + len(cands)
 
+    def _wrap_compute(self, compute: Any) -> Any:
+        """torchmetrics squeezes one-element results to 0-dim; per-sample results stay ``[N]`` (also N = 1)."""
+        wrapped = super()._wrap_compute(compute)
+
+        @functools.wraps(compute)
+        def keep_shape(*args: Any, **kwargs: Any) -> Any:
+            out = wrapped(*args, **kwargs)
+            if self.per_sample and isinstance(out, dict):
+                out = {k: v.reshape(-1) for k, v in out.items()}
+            return out
+
+        return keep_shape
+
     def compute(self) -> dict[str, Tensor]:
         """Means ``{"precision", "recall", "f1"}`` (0-dim), or per-sample tensors ``[N]`` with ``per_sample``."""
         if not self.per_sample:
@@ -255,6 +270,6 @@ class BERTScoreMetric(Metric):
         return {name: v[first] for name, v in values.items()}
 
     # --- conveniences ---------------------------------------------------------------------------
-    def signature(self) -> str:
+    def signature(self) -> Signature:
         """The scorer's reproducibility signature (model, layer, IDF, rescaling, multi-ref, dtype, versions)."""
         return self.scorer.signature()
