@@ -200,6 +200,7 @@ def test_rerank_tsv_with_bom_keeps_one_source(tmp_path):
     assert ids == ["s1"] and cands == [["a", "b"]]
 
 
+@pytest.mark.slow
 def test_quiet_by_default(tiny_bert_dir, tmp_path):
     (tmp_path / "c.txt").write_text("a cat\n", encoding="utf-8")
     cmd = [

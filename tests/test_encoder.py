@@ -106,6 +106,7 @@ def test_bf16_on_a_cpu_without_native_bf16_warns(tiny_bert_dir, monkeypatch):
         FrozenEncoder(tiny_bert_dir, layer=1, device="cpu", dtype="float32")
 
 
+@pytest.mark.slow
 @needs_data
 def test_fast_tokenizer_ids_equal_the_python_wordpiece_on_shared_data():
     """The Rust (fast) tokenizer that batches our tokenisation gives the ids of the pure-Python WordPiece

@@ -227,6 +227,7 @@ def test_baseline_equals_mean_of_scorer(tiny_bert_dir):
         baseline_from_corpus(SENTENCES + SENTENCES[:1], tiny_bert_dir, pairs=3, device="cpu")
 
 
+@pytest.mark.slow
 def test_rescaled_fresh_random_pairs_average_zero_identical_one(tiny_bert_dir, tmp_path):
     """Baseline from seed 0, then fresh pairs (seed 1): rescaled mean ≈ 0; identical pairs give exactly 1."""
     corpus = tmp_path / "corpus.txt"
