@@ -78,6 +78,16 @@ def load_pairs(data: Path, limit: int | None) -> tuple[list[str], list[str]]:
     return cands, refs
 
 
+def cpu_bf16_label() -> str:
+    """The CPU's bf16 kind from its flags: ``amx`` (``amx_bf16``), ``avx512bf16`` (``avx512_bf16`` only) or
+    ``nobf16`` (neither: bf16 is emulated). Names the files a benchmark publishes, since machines differ."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    return "amx" if "amx_bf16" in flags else "avx512bf16" if "avx512_bf16" in flags else "nobf16"
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -13,10 +13,12 @@ layer, all on the CPU, each row timed as the best of ``--repeats`` runs after a 
 
 Prints pairs/s, the ratio to ``bert-score``, the percentage of the floor of the same dtype, the largest
 |dF| (|dP|, |dR|) from ``bert-score``, and the mean over language pairs of the Pearson correlation of F
-with the human scores; writes ``docs/performance-harness.json`` and ``docs/performance-harness.md``.
+with the human scores; writes ``<out>/performance-harness-<cpu>.json`` and ``.md``, ``<cpu>`` the CPU's bf16
+kind (``amx``, ``avx512bf16`` or ``nobf16``: the figures depend on it), ``<out>`` = ``runs/perf-harness``
+unless ``--out`` says otherwise (``--out docs`` publishes).
 
-    python benchmarks/perf_harness.py                         # the recorded run (about 15 minutes)
-    python benchmarks/perf_harness.py --limit 300 --out /tmp  # quick check
+    python benchmarks/perf_harness.py                         # the full run (about 15 minutes)
+    python benchmarks/perf_harness.py --limit 300             # quick check
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from eval_speed import DEFAULT_DATA, LANG_PAIRS, best_time, cpu_model, quiet  # noqa: E402
+from eval_speed import DEFAULT_DATA, LANG_PAIRS, best_time, cpu_bf16_label, cpu_model, quiet  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch-size", type=int, default=64, help="bert-score / torchmetrics batch size")
     ap.add_argument("--skip-torchmetrics", action="store_true")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the same rows on a GPU")
-    ap.add_argument("--out", type=Path, default=ROOT / "docs", help="folder for the JSON and markdown files")
+    ap.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "runs" / "perf-harness",
+        help="folder for the JSON and markdown files (default: runs/perf-harness; --out docs publishes)",
+    )
     args = ap.parse_args(argv)
     args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
@@ -244,13 +251,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"{r['system']}: its F values sorted differ from bert-score's sorted by at most {ds:.1e}, but pair "
                 f"by pair by up to {d['F']:.1e}: it returns the scores out of input order (hence its Pearson).",
             ]
-    lines += ["", "Reproduce: `python benchmarks/perf_harness.py` (writes this file and its JSON)."]
+    stem = f"performance-harness-{cpu_bf16_label()}"
+    threads = os.environ.get("OMP_NUM_THREADS")
+    command = ("" if threads is None else f"OMP_NUM_THREADS={threads} ") + "python " + " ".join(sys.argv)
+    lines += ["", f"Reproduce: `{command}` (writes this file, {stem}.md, and {stem}.json)."]
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "performance-harness.json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
-    (args.out / "performance-harness.md").write_text("# Performance harness (generated)\n\n" + table + "\n")
-    print(f"wrote {args.out / 'performance-harness.json'} and .md")
+    (args.out / f"{stem}.json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
+    (args.out / f"{stem}.md").write_text("# Performance harness (generated)\n\n" + table + "\n")
+    print(f"wrote {args.out / stem}.json and .md")
     return 0
 
 
