@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .config import max_elements_for
 from .encoder import FrozenEncoder
 from .loading import ModelNotFoundError, bundled_model_path, config_layers, warn
 from .matching import normalize
@@ -87,7 +88,7 @@ class LayerEmbeddings:
         *,
         idf: bool = False,
         groups: Sequence[str] | None = None,
-        max_elements: int = 1 << 24,
+        max_elements: int | None = None,
         progress: bool | None = None,
     ) -> Tensor:
         """P, R, F of every layer ``[L + 1, 3, N]`` (CPU float32) of the pairs ``(cands[i], refs[i])``.
@@ -106,9 +107,8 @@ class LayerEmbeddings:
         for i, g in enumerate(groups if groups is not None else ["all"] * n):
             members.setdefault(g, []).append(i)
         out = torch.zeros((len(self.layers), 3, n), dtype=torch.float32)
-        plan = ScoringPlan(
-            special_ids=self.special_ids, vocab_size=self.vocab_size, use_idf=idf, max_elements=max_elements
-        )
+        budget = max_elements_for(self.layers[0].flat.device, max_elements, blocks=True)  # many pairs: big chunks
+        plan = ScoringPlan(special_ids=self.special_ids, vocab_size=self.vocab_size, use_idf=idf, max_elements=budget)
         plan.index = dict(self.index)
         show = progress if progress is not None else n >= 10_000
         bar = tqdm(total=n * len(self.layers), desc="scoring (all layers)", unit="pair", disable=not show, leave=False)
@@ -190,7 +190,7 @@ def score_all_layers(
     idf: bool = False,
     groups: Sequence[str] | None = None,
     batch_tokens: int | None = None,
-    max_elements: int = 1 << 24,
+    max_elements: int | None = None,
     progress: bool | None = None,
 ) -> Tensor:
     """P, R, F ``[L + 1, 3, N]`` of every layer of ``enc`` from one encoder pass (see :class:`LayerEmbeddings`)."""

@@ -46,7 +46,7 @@ def baseline_from_corpus(
     device: str | None = None,
     dtype: str = "float32",
     batch_tokens: int | None = None,
-    max_elements: int = 1 << 24,
+    max_elements: int | None = None,
     progress: bool | None = None,
     encoder: FrozenEncoder | None = None,
 ) -> dict[int, tuple[float, float, float]]:
