@@ -133,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     import torchmetrics
     import transformers
 
-    from bertscore_loss.lightning import BERTScoreMetric
     from bertscore_loss.config import CPU_BATCH_TOKENS
+    from bertscore_loss.lightning import BERTScoreMetric
 
     cands, refs = load_pairs(args.data, args.limit)
     n, layer, bs, epochs = len(cands), args.layer, args.batch_size, args.epochs

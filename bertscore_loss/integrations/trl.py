@@ -53,7 +53,8 @@ def completion_text(completion: Completion | dict[str, Any], where: str = "compl
             f"{where} must be a str or a list of chat messages (dicts with 'role' and 'content'), "
             f"got {type(completion).__name__}: {completion!r:.60}"
         )
-    parts = [_content_text(m.get("content")) for m in completion if m.get("role", "assistant") == "assistant"]
+    messages: list[dict[str, Any]] = list(completion)  # type: ignore[arg-type]  # checked above: all dicts
+    parts = [_content_text(m.get("content")) for m in messages if m.get("role", "assistant") == "assistant"]
     return "\n".join(p for p in parts if p).strip()
 
 
