@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -165,10 +166,15 @@ def test_config_errors_are_one_line(recipe, tmp_path):
     broken.write_text("updates: [5\n")
     assert f"--config {broken}: not valid YAML" in _exits(recipe, ["stage1", "--config", str(broken)])
     msg = _exits(recipe, ["stage2", "--set", "updaets=5"])
-    assert "unknown option 'updaets' (did you mean 'updates'?" in msg
+    assert msg.startswith("--set: unknown option 'updaets' (did you mean 'updates'? known: data, init, out,")
     msg = _exits(recipe, ["stage2", "--set", "train.lrr=0.1"])
-    assert "options train: unknown option 'lrr' (did you mean 'lr'?" in msg
-    assert "unknown option 'model'" in _exits(recipe, ["stage2", "--set", "model.layers=2"])  # stage 1 only
+    assert msg.startswith("--set train: unknown option 'lrr' (did you mean 'lr'?")
+    assert "--set: unknown option 'model'" in _exits(recipe, ["stage2", "--set", "model.layers=2"])  # stage 1 only
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("updates: 5\ntrain:\n  warmpu: 3\n")
+    assert _exits(recipe, ["stage2", "--config", str(typo)]).startswith(
+        f"{typo} train: unknown option 'warmpu' (did you mean 'warmup'?"
+    )
     assert _exits(recipe, ["stage2", "--set", "updates=many"]) == "option 'updates': 'many' is not an integer or null"
     assert "option 'eval_sets': 3 is not a list of a string" in _exits(recipe, ["stage2", "--set", "eval_sets=3"])
     assert _exits(recipe, ["stage2", "--set", "blind"]) == "--set 'blind': expected key=value"
@@ -242,6 +248,36 @@ def test_a_corrupt_checkpoint_is_one_line(recipe, tiny_model, tmp_path):
     epoch.write_bytes(b"")
     with pytest.raises(SystemExit, match="epoch-003.pt: truncated or corrupt weights"):
         recipe.average_weights([epoch])
+
+
+def documented_commands() -> list[list[str]]:
+    """Every ``recipe.py`` command of docs/translation.md's bash blocks and of the configs' comments, loop
+    variables filled."""
+    import shlex
+
+    texts = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "translation.md").read_text(encoding="utf-8"), re.S)
+    texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "configs" / "translation").glob("*.yaml"))]
+    commands = []
+    for text in texts:
+        text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
+        for line in text.splitlines():
+            if "examples/translation/recipe.py" not in line:
+                continue
+            line = line.split("recipe.py", 1)[1].split("#")[0].split("`")[0]
+            line = line.replace("$seed", "0").replace("$arm", "bertscore").replace("<arm>", "mrt")
+            commands.append(shlex.split(line))
+    return commands
+
+
+def test_documented_commands_configure(recipe, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the configs' paths are relative to the project root
+    commands = documented_commands()
+    stages = [c[0] for c in commands]
+    assert stages.count("stage2") >= 10 and {"stage1", "stage3", "report", "smoke"} <= set(stages)
+    for argv in commands:
+        args, cfg = recipe.configure(argv)  # parses, reads the config file, applies --set: no SystemExit
+        if "stage2-converged.yaml" in argv:
+            assert (cfg.epochs, cfg.batch_tokens, cfg.val_every, cfg.init) == (2, 2048, 0.5, "models/multi30k-de-en")
 
 
 def test_loaded_models_keep_their_sinusoidal_positions_fixed(recipe, tiny_model):
