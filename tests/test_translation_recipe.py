@@ -330,7 +330,11 @@ def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
     bench = tmp_path / "speed.json"
     bench.write_text(json.dumps({"ratio_to_ce": {"ce": 1.0, "bertscore": 1.5}}))
     assert recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)[0] == 45
-    with pytest.raises(SystemExit, match=r"no ratio_to_ce\['bertscore'\]"):
+    arms = {"ce": {"ratio_to_ce": 1.0}, "bertscore": {"ratio_to_ce": 2.0}}
+    bench.write_text(json.dumps({"batch_tokens": 768, "arms": arms}))
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    assert updates == 60 and basis["ratio_batch_tokens"] == 768  # benchmarks/translation_arms.py's JSON
+    with pytest.raises(SystemExit, match=r"no ratio_to_ce for 'bertscore' in it \(has \['mrt'\]\)"):
         bench.write_text(json.dumps({"ratio_to_ce": {"mrt": 6.0}}))
         recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
     with pytest.raises(SystemExit, match="expected a semantic arm's run of seed 0, got bertscore seed 1"):

@@ -557,10 +557,17 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
             bench = resolve(ratio)
             if not bench.is_file():
                 raise SystemExit(f"time_ratio {ratio}: no such file")
-            ratios = json.loads(bench.read_text()).get("ratio_to_ce", {})
+            timing = json.loads(bench.read_text())
+            # {"arms": {label: {"ratio_to_ce": r}}}, or the older {"ratio_to_ce": {arm: r}}
+            ratios = timing.get("ratio_to_ce", {})
+            if "arms" in timing:
+                ratios = {k: a["ratio_to_ce"] for k, a in timing["arms"].items()}
             if sem["arm"] not in ratios:
-                raise SystemExit(f"time_ratio {ratio}: no ratio_to_ce[{sem['arm']!r}] in it (has {sorted(ratios)})")
-            basis["ratio_from"] = str(bench)
+                raise SystemExit(f"time_ratio {ratio}: no ratio_to_ce for {sem['arm']!r} in it (has {sorted(ratios)})")
+            basis.update(ratio_from=str(bench), ratio_batch_tokens=timing.get("batch_tokens"))
+            if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
+                logger.warning("time_ratio %s was timed at batch_tokens %s, this run uses %s", ratio,
+                               timing["batch_tokens"], cfg.batch_tokens)
             ratio = ratios[sem["arm"]]
         if ratio <= 0:
             raise SystemExit(f"time_ratio must be > 0, got {ratio}")
