@@ -1,14 +1,17 @@
-"""Smoke run of the Multi30k recipe (examples/translation): all three stages on a committed sample, tiny model.
+"""The Multi30k recipe (examples/translation) on a committed sample with tiny models.
 
-Checks the pipeline end to end: stage 1 writes a checkpoint and resumes from it, every stage-2 arm's loss
-is finite and decreases on a repeated batch, stage 2 writes one translation per blind source line, and
-stage 3's reranked outputs are members of their candidate lists.
+Fast: bad input ends in one clear line (config files, --set keys and values, missing model folders,
+corrupt checkpoints), settings stored with a run refuse a changed rerun, the stage-2 batches are a function
+of the update, equal-time lengths, and blind outputs stay out of docs/. Slow: stage 1 resumes; every
+stage-2 arm's loss decreases; stage 2 pauses and resumes exactly and keeps the best val weights; the
+`recipe.py smoke` command runs every stage; stage 3's reranked outputs are members of their lists.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -111,6 +114,347 @@ def test_every_arm_loss_is_finite_and_decreases_on_a_repeated_batch(stage1_run, 
         assert all(p.grad is None for p in module.semantic.encoder.model.parameters())
 
 
+@pytest.fixture(scope="module")
+def tiny_model(recipe, tmp_path_factory):
+    """An untrained tiny generator folder (HF Marian + spm.model from the sample), with dropout."""
+    nmt = recipe.nmt
+    folder = tmp_path_factory.mktemp("tiny") / "model"
+    nmt.train_sentencepiece(SAMPLE, folder, 250)
+    torch.manual_seed(0)
+    nmt.build_model(nmt.ModelConfig(d_model=32, layers=1, heads=2, ffn=64, dropout=0.1), 250).save_pretrained(folder)
+    return folder
+
+
+def _stage2_cfg(recipe, init: Path, out: Path, **kw):
+    nmt = recipe.nmt
+    base = recipe.Stage2Config(
+        data=str(SAMPLE),
+        init=str(init),
+        out=str(out),
+        arm="ce",
+        updates=8,
+        batch_tokens=200,
+        precision="32-true",
+        val_every=0.05,  # 0.05 of an epoch of the sample: 3 updates at 200 tokens a batch
+        val_limit=6,
+        eval_sets=["val"],
+        eval_limit=6,
+        blind=False,
+        beams=2,
+        train=nmt.TrainConfig(lr=3e-3, warmup=2),
+    )
+    return recipe.dataclasses.replace(base, **kw)
+
+
+# ------------------------------------------------------------------------------------- bad input: one line each
+def _exits(recipe, argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as info:
+        recipe.main(argv)
+    message = str(info.value.code)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def test_config_errors_are_one_line(recipe, tmp_path):
+    missing = tmp_path / "nope.yaml"
+    assert _exits(recipe, ["stage2", "--config", str(missing)]) == f"--config {missing}: no such file"
+    listing = tmp_path / "list.yaml"
+    listing.write_text("- updates: 5\n- arm: ce\n")
+    msg = _exits(recipe, ["stage2", "--config", str(listing)])
+    assert msg == f"--config {listing}: expected a mapping of option: value, got a YAML list"
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("updates: [5\n")
+    assert f"--config {broken}: not valid YAML" in _exits(recipe, ["stage1", "--config", str(broken)])
+    msg = _exits(recipe, ["stage2", "--set", "updaets=5"])
+    assert msg.startswith("--set: unknown option 'updaets' (did you mean 'updates'? known: data, init, out,")
+    msg = _exits(recipe, ["stage2", "--set", "train.lrr=0.1"])
+    assert msg.startswith("--set train: unknown option 'lrr' (did you mean 'lr'?")
+    assert "--set: unknown option 'model'" in _exits(recipe, ["stage2", "--set", "model.layers=2"])  # stage 1 only
+    typo = tmp_path / "typo.yaml"
+    typo.write_text("updates: 5\ntrain:\n  warmpu: 3\n")
+    assert _exits(recipe, ["stage2", "--config", str(typo)]).startswith(
+        f"{typo} train: unknown option 'warmpu' (did you mean 'warmup'?"
+    )
+    assert _exits(recipe, ["stage2", "--set", "updates=many"]) == "option 'updates': 'many' is not an integer or null"
+    assert "option 'eval_sets': 3 is not a list of a string" in _exits(recipe, ["stage2", "--set", "eval_sets=3"])
+    assert _exits(recipe, ["stage2", "--set", "blind"]) == "--set 'blind': expected key=value"
+    assert "--set 'top_k=[1': the value is not valid YAML" in _exits(recipe, ["stage2", "--set", "top_k=[1"])
+    # a good file and good --set items still load, nested ones merged into the file's mapping
+    good = tmp_path / "good.yaml"
+    good.write_text("updates: 5\ntrain:\n  lr: 0.001\n  warmup: 3\n")
+    cfg = recipe.load_config(recipe.Stage2Config, str(good), {"arm": "mrt"}, ["train.lr=2e-4", "weight=3"])
+    assert (cfg.updates, cfg.arm, cfg.weight, cfg.train.lr, cfg.train.warmup) == (5, "mrt", 3, 2e-4, 3)
+
+
+def test_a_missing_model_folder_names_the_command_that_makes_it(recipe, tmp_path):
+    stage1 = tmp_path / "stage1"
+    msg = _exits(recipe, ["stage2", "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)])
+    assert msg.startswith(f"init {stage1}/model: the model folder does not exist;")
+    assert f"recipe.py stage1 --config configs/translation/stage1.yaml --out {stage1}" in msg
+    folder = tmp_path / "runs" / "stage2" / "mrt-seed1" / "model"
+    msg = _exits(recipe, ["stage3", "--model", str(folder), "--out", str(tmp_path / "s3")])
+    assert f"recipe.py stage2 --arm mrt --seed 1 --out {folder.parent.parent}" in msg
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    assert "the model folder has no spm.model;" in _exits(recipe, ["evaluate", "--model", str(folder)])
+    hint = recipe.model_hint("models/multi30k-de-en")
+    assert "committed converged base" in hint and "configs/translation/converged.yaml" in hint
+    assert not (tmp_path / "s3").exists() and not (tmp_path / "mrt-seed0").exists()  # nothing written
+
+
+def test_settings_are_stored_and_a_changed_rerun_is_refused(recipe, tmp_path):
+    cfg = recipe.Stage2Config(arm="bertscore", updates=6, weight=1.0)
+    recipe.check_settings(tmp_path, cfg, resumable=recipe.STAGE2_RESUMABLE)
+    stored = json.loads((tmp_path / "settings.json").read_text())
+    assert stored["weight"] == 1.0 and stored["train"]["lr"] == 1e-4
+    recipe.check_settings(tmp_path, cfg, resumable=recipe.STAGE2_RESUMABLE)  # same settings: fine
+    # how long one invocation runs and where blind outputs go may change
+    recipe.check_settings(
+        tmp_path, recipe.dataclasses.replace(cfg, stop_at=3, outputs="x"), resumable=recipe.STAGE2_RESUMABLE
+    )
+    changed = recipe.dataclasses.replace(cfg, weight=5.0, train=recipe.nmt.TrainConfig(lr=2e-4, warmup=50))
+    with pytest.raises(SystemExit) as info:
+        recipe.check_settings(tmp_path, changed, resumable=recipe.STAGE2_RESUMABLE)
+    assert "(train.lr: 0.0001 -> 0.0002; weight: 1.0 -> 5.0)" in str(info.value) and "--fresh" in str(info.value)
+    # an option the stored run did not know yet counts as its default value
+    del stored["patience"]
+    (tmp_path / "settings.json").write_text(json.dumps(stored))
+    recipe.check_settings(tmp_path, cfg, resumable=recipe.STAGE2_RESUMABLE)
+    with pytest.raises(SystemExit, match=r"patience: None -> 2"):
+        recipe.check_settings(tmp_path, recipe.dataclasses.replace(cfg, patience=2), resumable=recipe.STAGE2_RESUMABLE)
+    # a run made before settings.json existed is compared with its result.json's config
+    (tmp_path / "settings.json").unlink()
+    with pytest.raises(SystemExit, match=r"weight: 1.0 -> 5.0"):
+        recipe.check_settings(tmp_path, changed, before=stored, resumable=recipe.STAGE2_RESUMABLE)
+    (tmp_path / "old.txt").write_text("x")
+    recipe.check_settings(tmp_path, changed, fresh=True, before=stored, resumable=recipe.STAGE2_RESUMABLE)
+    assert not (tmp_path / "old.txt").exists()  # --fresh emptied the run folder
+    assert json.loads((tmp_path / "settings.json").read_text())["weight"] == 5.0
+
+
+def test_a_corrupt_checkpoint_is_one_line(recipe, tiny_model, tmp_path):
+    run = tmp_path / "ce-seed0"
+    (run / "checkpoints").mkdir(parents=True)
+    full = tmp_path / "full.pt"
+    torch.save({"state_dict": {"w": torch.zeros(1000)}, "global_step": 3}, full)
+    (run / "checkpoints" / "last.ckpt").write_bytes(full.read_bytes()[:700])  # truncated
+    argv = ["stage2", "--set", f"init={tiny_model}", "--set", f"data={SAMPLE}", "--set", "updates=2"]
+    argv += ["--out", str(tmp_path)]
+    msg = _exits(recipe, argv)
+    assert msg.startswith(f"{run}/checkpoints/last.ckpt: truncated or corrupt checkpoint (") and "--fresh" in msg
+    torch.save({"weights": 1}, run / "checkpoints" / "last.ckpt")
+    assert "(not a Lightning checkpoint)" in _exits(recipe, argv)
+    epoch = tmp_path / "epoch-003.pt"
+    epoch.write_bytes(b"")
+    with pytest.raises(SystemExit, match="epoch-003.pt: truncated or corrupt weights"):
+        recipe.average_weights([epoch])
+
+
+def documented_commands() -> list[list[str]]:
+    """Every ``recipe.py`` command of docs/translation.md's bash blocks and of the configs' comments, loop
+    variables filled."""
+    import shlex
+
+    texts = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "translation.md").read_text(encoding="utf-8"), re.S)
+    texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "configs" / "translation").glob("*.yaml"))]
+    commands = []
+    for text in texts:
+        text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
+        for line in text.splitlines():
+            if "examples/translation/recipe.py" not in line:
+                continue
+            line = line.split("recipe.py", 1)[1].split("#")[0].split("`")[0]
+            line = line.replace("$seed", "0").replace("$arm", "bertscore").replace("<arm>", "mrt")
+            commands.append(shlex.split(line))
+    return commands
+
+
+def test_documented_commands_configure(recipe, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the configs' paths are relative to the project root
+    commands = documented_commands()
+    stages = [c[0] for c in commands]
+    assert stages.count("stage2") >= 10 and {"stage1", "stage3", "report", "smoke"} <= set(stages)
+    for argv in commands:
+        args, cfg = recipe.configure(argv)  # parses, reads the config file, applies --set: no SystemExit
+        if "stage2-converged.yaml" in argv:
+            assert (cfg.epochs, cfg.batch_tokens, cfg.val_every, cfg.init) == (2, 2048, 0.5, "models/multi30k-de-en")
+
+
+def test_loaded_models_keep_their_sinusoidal_positions_fixed(recipe, tiny_model):
+    # save_pretrained drops the position tables and from_pretrained rebuilds them: trained ones would be lost
+    model, _ = recipe.load_model(tiny_model)
+    tables = [(n, p) for n, p in model.named_parameters() if "embed_positions" in n]
+    assert len(tables) == 2 and not any(p.requires_grad for _, p in tables)
+    for module in (model.model.encoder.embed_positions, model.model.decoder.embed_positions):
+        assert torch.equal(module.weight, module.create_weight())
+
+
+def test_step_batches_are_a_function_of_the_update(recipe):
+    nmt = recipe.nmt
+    lengths = [(i * 7) % 23 + 3 for i in range(200)]
+    base = nmt.TokenBudgetSampler(lengths, 60, True, seed=4)
+    per_epoch = [len(base)]
+    base.set_epoch(1)
+    per_epoch.append(len(base))
+    epochs = []
+    for e in range(3):
+        base.set_epoch(e)
+        epochs += list(base)
+    stop = per_epoch[0] + per_epoch[1] + 5  # into the third epoch
+    whole = list(nmt.StepBatches(nmt.TokenBudgetSampler(lengths, 60, True, seed=4), stop))
+    assert whole == epochs[:stop]
+    for start in (0, 7, per_epoch[0], per_epoch[0] + 3, stop):
+        tail = nmt.StepBatches(nmt.TokenBudgetSampler(lengths, 60, True, seed=4), stop, start)
+        assert list(tail) == whole[start:] and len(tail) == stop
+    with pytest.raises(ValueError, match="start <= stop"):
+        nmt.StepBatches(base, 3, 4)
+
+
+def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
+    def result(folder: Path, **r) -> Path:
+        folder.mkdir(parents=True)
+        (folder / "result.json").write_text(json.dumps(r))
+        return folder
+
+    sem = result(tmp_path / "s2" / "bertscore-seed1", arm="bertscore", seed=1, updates=40, updates_trained=30,
+                 train_seconds=48.0)
+    cfg = recipe.Stage2Config(equal_time=str(sem), seed=1, epochs=2.0)
+    with pytest.raises(SystemExit, match=r"ce-seed1/result.json is missing: run the ce arm of seed 1"):
+        recipe.run_length(cfg, 100)
+    result(tmp_path / "s2" / "ce-seed1", arm="ce", seed=1, seconds_per_update=0.32)
+    updates, basis = recipe.run_length(cfg, 100)  # equal_time wins over epochs
+    assert updates == round(48.0 / 0.32) == 150 and basis["ce_seconds_per_update"] == 0.32
+    assert basis["arm"] == "bertscore" and basis["arm_updates"] == 30
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=2.5), 100)
+    assert updates == 75 and basis["ratio"] == 2.5  # 30 updates × 2.5
+    bench = tmp_path / "speed.json"
+    bench.write_text(json.dumps({"ratio_to_ce": {"ce": 1.0, "bertscore": 1.5}}))
+    assert recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)[0] == 45
+    arms = {"ce": {"ratio_to_ce": 1.0}, "bertscore": {"ratio_to_ce": 2.0}}
+    bench.write_text(json.dumps({"batch_tokens": 768, "arms": arms}))
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    assert updates == 60 and basis["ratio_batch_tokens"] == 768  # benchmarks/translation_arms.py's JSON
+    with pytest.raises(SystemExit, match=r"no ratio_to_ce for 'bertscore' in it \(has \['mrt'\]\)"):
+        bench.write_text(json.dumps({"ratio_to_ce": {"mrt": 6.0}}))
+        recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    with pytest.raises(SystemExit, match="expected a semantic arm's run of seed 0, got bertscore seed 1"):
+        recipe.run_length(recipe.dataclasses.replace(cfg, seed=0), 100)
+    with pytest.raises(SystemExit, match="only the ce arm"):
+        recipe.run_length(recipe.dataclasses.replace(cfg, arm="mrt"), 100)
+    assert recipe.run_length(recipe.Stage2Config(epochs=2.0), 251) == (502, None)
+    assert recipe.run_length(recipe.Stage2Config(epochs=0.5), 251) == (126, None)
+    with pytest.raises(SystemExit, match="set one of them"):
+        recipe.run_length(recipe.Stage2Config(epochs=2.0, updates=10), 251)
+    with pytest.raises(SystemExit, match="needs a length"):
+        recipe.run_length(recipe.Stage2Config(), 251)
+
+
+def test_blind_outputs_go_under_the_run_and_never_overwrite_docs(recipe, tmp_path, monkeypatch):
+    cfg = recipe.Stage2Config()
+    assert recipe.outputs_dir(cfg, tmp_path / "run") == tmp_path / "run" / "outputs"
+    assert recipe.outputs_dir(recipe.dataclasses.replace(cfg, outputs="docs/x"), tmp_path) == recipe.ROOT / "docs/x"
+    monkeypatch.setattr(recipe, "ROOT", tmp_path)
+    published = tmp_path / "docs" / "out" / "ce-seed0-beam5.test_2017_flickr.en"
+    recipe.write_output(published, ["a dog .", "two men ."])
+    recipe.write_output(published, ["a dog .", "two men ."])  # the same translations: nothing changes
+    with pytest.raises(SystemExit, match="published outputs under docs/ are never overwritten"):
+        recipe.write_output(published, ["a cat .", "two men ."])
+    assert published.read_text() == "a dog .\ntwo men .\n"
+    elsewhere = tmp_path / "runs" / "x.en"
+    recipe.write_output(elsewhere, ["a"])
+    recipe.write_output(elsewhere, ["b"])  # run folders may be rewritten
+    assert elsewhere.read_text() == "b\n"
+
+
+# ---------------------------------------------------------------------------------------- stage-2 protocol
+@pytest.mark.slow
+def test_stage2_pauses_and_resumes_exactly_and_keeps_the_best_val_weights(recipe, tiny_model, tmp_path):
+    nmt, metrics = recipe.nmt, recipe.metrics
+    # select chrF: this untrained model's val chrF peaks after a few updates (its garbage at update 0 has the best F)
+    whole = recipe.stage2(_stage2_cfg(recipe, tiny_model, tmp_path / "whole", select="chrf"))
+    paused = _stage2_cfg(recipe, tiny_model, tmp_path / "paused", stop_at=3, select="chrf")
+    first = recipe.stage2(paused)
+    assert first["status"] == "paused" and first["updates_done"] == 3
+    run = tmp_path / "paused" / "ce-seed0"
+    assert (run / "checkpoints" / "last.ckpt").is_file() and not (run / "result.json").exists()
+    resumed = recipe.stage2(recipe.dataclasses.replace(paused, stop_at=None))  # stop_at may change between calls
+    # The same batches, random states, optimizer and schedule: the resumed run is the uninterrupted one.
+    strip = ("seconds",)
+    assert [{k: v for k, v in r.items() if k not in strip} for r in resumed["val_curve"]] == [
+        {k: v for k, v in r.items() if k not in strip} for r in whole["val_curve"]
+    ]
+    every = whole["val_every"]
+    assert every == round(0.05 * whole["batches_per_epoch"]) and 1 < every < 8
+    assert [r["step"] for r in whole["val_curve"]] == [*range(0, 8, every), 8]
+    assert resumed["updates_trained"] == whole["updates_trained"] == 8 and len(resumed["step_seconds"]) == 8
+    assert resumed["train_seconds"] == pytest.approx(sum(resumed["step_seconds"]))
+    a = recipe.load_model(tmp_path / "whole" / "ce-seed0" / "model")[0].state_dict()
+    b = recipe.load_model(run / "model")[0].state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # The checkpoint rule: the kept weights are those of the best val score, and decode to that score again.
+    best = max(whole["val_curve"], key=lambda r: r["chrf"])
+    assert whole["chosen_update"] == best["step"] > 0 and whole["chosen_val"] == best
+    model, sp = recipe.load_model(tmp_path / "whole" / "ce-seed0" / "model")
+    src, refs = nmt.read_pairs(SAMPLE, "val", 6)
+    again = metrics.corpus_scores(nmt.translate(model, sp, src, beams=1, precision="32-true"), refs)
+    assert again["chrf"] == pytest.approx(best["chrf"]) and again["bertscore_f"] == pytest.approx(best["bertscore_f"])
+    curve = json.loads((run / "curve.json").read_text())
+    assert curve["best"]["step"] == resumed["chosen_update"] and curve["curve"] == resumed["val_curve"]
+    # A rerun with other settings is refused before any work; the same command returns the finished run.
+    config = tmp_path / "stage2.yaml"
+    settings = recipe.dataclasses.asdict(recipe.dataclasses.replace(paused, stop_at=None))
+    config.write_text(recipe.yaml.safe_dump(settings))
+    with pytest.raises(SystemExit, match=r"other settings \(updates: 8 -> 6; weight: 1.0 -> 5.0\)\. Use another"):
+        recipe.main(["stage2", "--config", str(config), "--weight", "5", "--set", "updates=6"])
+    with pytest.raises(SystemExit, match=r"other settings \(select: 'chrf' -> 'bertscore_f'\)"):
+        recipe.main(["stage2", "--config", str(config), "--set", "select=bertscore_f"])
+    recipe.main(["stage2", "--config", str(config)])  # the same command: the finished run, not trained again
+    assert json.loads((run / "result.json").read_text())["train_seconds"] == resumed["train_seconds"]
+
+
+@pytest.mark.slow
+def test_stage2_patience_stops_every_arm_by_the_same_rule(recipe, tiny_model, tmp_path):
+    cfg = _stage2_cfg(recipe, tiny_model, tmp_path, updates=40, patience=1, train=recipe.nmt.TrainConfig(lr=0.0))
+    r = recipe.stage2(cfg)  # lr 0: val never improves after update 0, so the first validation stops the run
+    assert r["stopped_early"] and r["updates_trained"] == r["val_every"] and r["chosen_update"] == 0
+    assert [row["step"] for row in r["val_curve"]] == [0, r["val_every"]]
+
+
+@pytest.mark.slow
+def test_smoke_command_runs_every_stage_and_writes_nothing_into_docs(recipe, tmp_path):
+    def tree(folder: Path) -> dict:
+        return {p: (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*") if p.is_file()}
+
+    docs = tree(ROOT / "docs")
+    recipe.main(["smoke", "--out", str(tmp_path)])
+    assert tree(ROOT / "docs") == docs
+    nmt = recipe.nmt
+    assert (tmp_path / "stage1" / "model" / "spm.model").is_file()
+    for arm in nmt.ARMS:
+        run = tmp_path / "stage2" / f"{arm}-seed0"
+        r = json.loads((run / "result.json").read_text())
+        steps = [row["step"] for row in r["val_curve"]]
+        assert r["val_every"] == round(0.1 * r["batches_per_epoch"])
+        assert steps[0] == 0 and steps[-1] == r["updates_trained"] and steps[1] == r["val_every"]
+        assert r["chosen_val"] == max(r["val_curve"], key=lambda row: row["bertscore_f"])
+        assert json.loads((run / "settings.json").read_text())["arm"] == arm
+        for src in sorted((SAMPLE / "blind").glob("*.de")):  # blind outputs under the run folder by default
+            out = nmt.read_lines(run / "outputs" / f"{arm}-seed0-beam2.{src.stem}.en")
+            assert len(out) == len(nmt.read_lines(src))
+    equal = json.loads((tmp_path / "equal-time" / "bertscore" / "ce-seed0" / "result.json").read_text())
+    sem = json.loads((tmp_path / "stage2" / "bertscore-seed0" / "result.json").read_text())
+    ce = json.loads((tmp_path / "stage2" / "ce-seed0" / "result.json").read_text())
+    assert equal["updates"] == round(sem["train_seconds"] / ce["seconds_per_update"])
+    assert equal["equal_time"]["arm_train_seconds"] == sem["train_seconds"]
+    report = (tmp_path / "report.md").read_text()
+    for heading in ("**test_2016_flickr**", "**val**", "**training**", "**equal time, test_2016_flickr**"):
+        assert heading in report
+    assert "| bertscore | 0 |" in report and "| ce-seed0 |" in report
+    rows = json.loads((tmp_path / "stage3" / "bertscore-seed0-stage3.json").read_text())["rows"]
+    assert "beam5-top1" in rows and (tmp_path / "stage3" / "bertscore-seed0.settings.json").is_file()
+    assert {p.name for p in (tmp_path / "stage3" / "outputs").glob("*.test_2017_flickr.en")}
+
+
 @pytest.mark.slow
 def test_stage2_and_stage3_commands(stage1_run, tmp_path):
     recipe, _, out, _ = stage1_run
@@ -133,6 +477,7 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
     )
     first = recipe.stage2(cfg)
     assert first["updates"] == 2 and first["seconds_per_update"] > 0 and set(first["eval"]) == {"test_2016_flickr"}
+    assert first["val_curve"] == [] and first["chosen_update"] == 2  # no val_every: the last weights
     # Rerun of a finished run: no training, its figures kept, only the missing set added, with the tuned model.
     cfg = recipe.dataclasses.replace(cfg, eval_sets=["val", "test_2016_flickr"])
     result = recipe.stage2(cfg)
@@ -151,9 +496,10 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         hyps = nmt.read_lines(blind_out / f"mrt-seed0-beam2.{src.stem}.en")
         assert len(hyps) == len(nmt.read_lines(src))
     recipe.stage2(recipe.dataclasses.replace(cfg, arm="ce", blind=False))
-    table = recipe.report(str(tmp_path / "stage2")).splitlines()
-    assert table[2].startswith("| ce | 0 |") and table[3].startswith("| mrt | 0 |")
-    assert "s0: " in table[3]  # paired bootstrap p-values of mrt vs ce on the same seed
+    table = recipe.report(str(tmp_path / "stage2"), "test_2016_flickr", training=False).splitlines()
+    assert table[0] == "**test_2016_flickr**"
+    assert table[4].startswith("| ce | 0 |") and table[5].startswith("| mrt | 0 |")
+    assert "s0: " in table[5]  # paired bootstrap p-values of mrt vs ce on the same seed
     # A val-sweep run through the command line: --set overrides YAML options (nested ones merge).
     config = tmp_path / "stage2.yaml"
     raw = recipe.dataclasses.asdict(recipe.dataclasses.replace(cfg, arm="ce", blind=False))
@@ -169,10 +515,6 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
     rows = recipe.sweep_report(str(tmp_path / "sweep"), str(tmp_path / "stage2")).splitlines()
     assert [r.split(" | ")[:2] for r in rows[2:]] == [["| stage2", "ce"], ["| stage2", "mrt"], ["| ce-lr", "ce"]]
     assert "weight=1.0, alpha=1.0, samples=3" in rows[3]
-    with pytest.raises(SystemExit, match="expected key=value"):
-        recipe.parse_sets(["lr"])
-    with pytest.raises(SystemExit, match="unknown option 'lr'"):
-        recipe.load_config(recipe.Stage2Config, None, {}, ["lr=1"])
     folder = tmp_path / "stage2" / "mrt-seed0" / "model"
     s3 = recipe.Stage3Config(
         data=str(SAMPLE),
@@ -185,7 +527,7 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         precision="32-true",
         outputs=str(blind_out),
     )
-    rows = recipe.stage3(s3)["rows"]
+    rows = recipe.run_stage3(s3)["rows"]
     assert set(rows) == {
         "beam5-top1",
         "beam2-nbest+mbr-bertscore",
@@ -199,8 +541,10 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         for utility in ("bertscore", "chrf"):
             chosen = nmt.read_lines(blind_out / f"smoke-{key}+mbr-{utility}.test_2016_flickr.en")
             assert len(chosen) == 5 and all(c in cands[i] for i, c in enumerate(chosen))
+    with pytest.raises(SystemExit, match=r"\(limit: 5 -> 4\)"):  # stage 3 stores its settings per --name too
+        recipe.run_stage3(recipe.dataclasses.replace(s3, limit=4))
     # The blind sets alone (scored: false): every decoder's output, one line per source line; scored rows kept.
-    blind = recipe.stage3(recipe.dataclasses.replace(s3, name="blindonly", scored=False, blind=True))
+    blind = recipe.run_stage3(recipe.dataclasses.replace(s3, name="blindonly", scored=False, blind=True))
     assert blind["rows"] == {} and not (tmp_path / "stage3" / "blindonly-stage3.json").exists()
     for src in sorted((SAMPLE / "blind").glob("*.de")):
         assert set(blind["blind_seconds_per_sentence"][src.stem]) == set(rows)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import random
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,6 +109,39 @@ class TokenBudgetSampler(Sampler[list[int]]):
         return len(self._batches)
 
 
+class StepBatches(Sampler[list[int]]):
+    """The batches of updates ``start`` … ``stop - 1`` of a run: the epochs of ``base`` one after another.
+
+    Update ``u``'s batch depends only on ``base``'s seed and ``u``, so a run resumed at update ``start``
+    sees the same batches as one that never stopped, and runs of different lengths share their first
+    batches. ``len()`` is ``stop`` (Lightning counts the updates done before a resume into the epoch).
+    """
+
+    def __init__(self, base: TokenBudgetSampler, stop: int, start: int = 0) -> None:
+        if not 0 <= start <= stop:
+            raise ValueError(f"need 0 <= start <= stop, got start={start}, stop={stop}")
+        self.base, self.stop, self.start = base, stop, start
+
+    def __iter__(self) -> Iterator[list[int]]:
+        u, epoch = 0, 0
+        while u < self.stop:
+            self.base.set_epoch(epoch)
+            n = len(self.base)
+            if u + n <= self.start:  # a whole epoch before the start: skip without copying it
+                u, epoch = u + n, epoch + 1
+                continue
+            for batch in self.base:
+                if u >= self.stop:
+                    return
+                if u >= self.start:
+                    yield batch
+                u += 1
+            epoch += 1
+
+    def __len__(self) -> int:
+        return self.stop
+
+
 def pad(rows: Sequence[Sequence[int]], value: int = PAD) -> Tensor:
     out = torch.full((len(rows), max(len(r) for r in rows)), value, dtype=torch.long)
     for i, r in enumerate(rows):
@@ -144,6 +178,15 @@ class PairData:
 
     def loader(self, budget: int, shuffle: bool, seed: int = 0) -> DataLoader:
         sampler = TokenBudgetSampler(self.lengths(), budget, shuffle, seed)
+        return DataLoader(self, batch_sampler=sampler, collate_fn=self.collate)
+
+    def batches_per_epoch(self, budget: int, seed: int = 0) -> int:
+        """How many shuffled token-budget batches one epoch has (the first epoch of ``seed``)."""
+        return len(TokenBudgetSampler(self.lengths(), budget, True, seed))
+
+    def step_loader(self, budget: int, seed: int, stop: int, start: int = 0) -> DataLoader:
+        """The shuffled batches of updates ``start`` … ``stop - 1`` (:class:`StepBatches`), epoch after epoch."""
+        sampler = StepBatches(TokenBudgetSampler(self.lengths(), budget, True, seed), stop, start)
         return DataLoader(self, batch_sampler=sampler, collate_fn=self.collate)
 
 
@@ -194,6 +237,16 @@ def build_model(cfg: ModelConfig, vocab_size: int):
     gen.forced_eos_token_id = None
     gen.bad_words_ids = None
     gen.max_length = None
+    return model
+
+
+def freeze_positions(model):
+    """Keep the sinusoidal position tables fixed, as Marian defines them: ``save_pretrained`` does not store
+    them (they are rebuilt on load), so trained ones would be lost on export. ``from_pretrained`` (transformers
+    5) returns them trainable; ``MarianMTModel(config)`` frozen."""
+    for name, param in model.named_parameters():
+        if "embed_positions" in name:
+            param.requires_grad_(False)
     return model
 
 
@@ -404,6 +457,30 @@ class Translator(pl.LightningModule):
 
 # ------------------------------------------------------------------------------------------- fine-tuning
 ARMS = ("ce", "bertscore", "mrt")
+SELECT = ("bertscore_f", "bleu", "chrf")  # val scores the checkpoint rule may maximise
+
+
+@dataclass
+class RunPlan:
+    """How a stage-2 run goes: its length, when it validates, which weights it keeps, when it pauses.
+
+    ``val_every`` updates (and after the last one, and before the first: the initial model) the module
+    decodes val with ``val_beams`` beams and scores it with ``val_score(hyps, refs) -> dict``; the weights
+    with the highest ``select`` score so far are kept. ``patience``: stop once that many validations in a
+    row bring no better score. ``stop_at`` (an update) and ``deadline`` (``time.time()``) end this
+    invocation early with a checkpoint to resume from; neither changes what the run computes.
+    """
+
+    updates: int
+    val_every: int | None = None  # None: no validation, the last weights are kept
+    val_beams: int = 1
+    val_limit: int | None = None  # the first N val pairs (None = all)
+    select: str = "bertscore_f"
+    patience: int | None = None
+    checkpoint: Path | None = None  # last.ckpt: written after every validation and when the run pauses
+    curve: Path | None = None  # the val curve so far (JSON, rewritten after every validation)
+    stop_at: int | None = None
+    deadline: float | None = None
 
 
 class FineTuner(Translator):
@@ -434,20 +511,111 @@ class FineTuner(Translator):
             raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
         self.arm, self.semantic, self.risk, self.weight, self.samples = arm, semantic, risk, weight, samples
         self.step_seconds: list[float] = []
+        self.plan: RunPlan | None = None  # set by the recipe: validation, checkpoint rule, pauses
+        self.val_score: Callable[[list[str], list[str]], dict] | None = None  # (hyps, refs) -> val scores
+        self.best: dict | None = None  # the val row of the kept weights
+        self.best_state: dict[str, Tensor] | None = None
+        self.val_seconds, self.stopped_early, self.paused = 0.0, False, False
+        self._rng: dict | None = None  # random states restored from a checkpoint, applied when training starts
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, self.cfg.warmup)))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
+    def on_train_epoch_start(self) -> None:
+        pass  # the recipe's StepBatches order the batches by update, across epochs (no set_epoch)
+
     def on_train_start(self) -> None:
         self.model.train()  # from_pretrained() returns eval mode: without this, dropout would be off in every arm
+        if self._rng is not None:  # after the data loader's iterator drew its seed, as in a run that never paused
+            torch.set_rng_state(self._rng["torch"])
+            random.setstate(self._rng["python"])
+            self._rng = None
+        if self.plan is not None and self.plan.val_every and not self.history and self.global_step == 0:
+            self.validate()  # the initial model: the rule may keep it if no update improves on it
 
     def on_train_batch_start(self, batch, batch_idx) -> None:
         self._step_t0 = time.perf_counter()
 
     def on_train_batch_end(self, outputs, batch, batch_idx) -> None:
-        self.step_seconds.append(time.perf_counter() - self._step_t0)
+        self.step_seconds.append(time.perf_counter() - self._step_t0)  # the update only: validation not counted
+        plan, step = self.plan, self.global_step
+        if plan is None:
+            return
+        finished = step >= plan.updates
+        validated = False
+        if plan.val_every and (step % plan.val_every == 0 or finished):
+            self.validate()
+            validated = True
+            since = [row["step"] for row in self.history].index(self.best["step"]) if self.best else 0
+            if plan.patience and len(self.history) - 1 - since >= plan.patience and not finished:
+                logger.info("update %d: no better val %s in %d validations: stopping", step, plan.select, plan.patience)
+                self.stopped_early = finished = True
+        late = plan.deadline is not None and time.time() > plan.deadline
+        pause = not finished and ((plan.stop_at is not None and step >= plan.stop_at) or late)
+        if plan.checkpoint is not None and (validated or finished or pause):
+            self.save_run_checkpoint(plan.checkpoint)
+        if self.stopped_early or pause:
+            self.paused = pause
+            self.trainer.should_stop = True
+
+    @torch.no_grad()
+    def validate(self) -> dict:
+        """Decode val, score it (``val_score``), keep the weights if their ``select`` score is the best so far."""
+        plan = self.plan
+        assert plan is not None and self.val_score is not None, "validate() needs a plan and a val_score"
+        n = plan.val_limit or len(self.val)
+        src, refs = self.val.src_text[:n], self.val.tgt_text[:n]
+        t0 = time.perf_counter()
+        hyps = translate(self.model, self.sp, src, beams=plan.val_beams, precision=self.precision_name)
+        row = {"step": self.global_step, **self.val_score(hyps, refs), "val_loss": self.val_loss()}
+        row["seconds"] = time.perf_counter() - t0
+        self.val_seconds += row["seconds"]
+        self.history.append(row)
+        if self.best is None or row[plan.select] > self.best[plan.select]:
+            self.best = row
+            self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        if plan.curve is not None:
+            curve = {"select": plan.select, "best": self.best, "curve": self.history}
+            plan.curve.write_text(json.dumps(curve, indent=1))
+        logger.info(
+            "update %d: val BLEU %.2f chrF %.2f BERTScore F %.2f (best %s %.2f at update %d)",
+            row["step"], row["bleu"], row["chrf"], row["bertscore_f"], plan.select, self.best[plan.select],
+            self.best["step"],
+        )
+        return row
+
+    def save_run_checkpoint(self, path: Path) -> None:
+        """The Lightning checkpoint (weights, optimizer, schedule, loop state, this run's state), written atomically."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        self.trainer.save_checkpoint(tmp)
+        os.replace(tmp, path)
+
+    def run_state(self) -> dict:
+        """What a resumed run needs beyond the weights: val history, the kept weights, timings, random states."""
+        return {
+            "history": self.history,
+            "best": self.best,
+            "best_state": self.best_state,
+            "step_seconds": self.step_seconds,
+            "val_seconds": self.val_seconds,
+            "stopped_early": self.stopped_early,
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate()},
+        }
+
+    def load_run_state(self, state: dict) -> None:
+        self.history, self.best, self.best_state = list(state["history"]), state["best"], state["best_state"]
+        self.step_seconds, self.val_seconds = list(state["step_seconds"]), state["val_seconds"]
+        self.stopped_early, self._rng = state["stopped_early"], state["rng"]
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["stage2_run"] = self.run_state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "stage2_run" in checkpoint:
+            self.load_run_state(checkpoint["stage2_run"])
 
     def sample(self, batch: dict) -> tuple[Tensor, list[list[str]], Tensor]:
         """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources."""

@@ -11,11 +11,17 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import json
 import logging
 import os
+import re
+import shutil
 import sys
 import time
+import types
+import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,28 +63,142 @@ def parse_sets(items: list[str] | None) -> dict:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise SystemExit(f"--set {item!r}: expected key=value")
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as err:
+            raise SystemExit(f"--set {item!r}: the value is not valid YAML ({one_line(err)})") from None
         head, _, sub = key.partition(".")
         if sub:
-            out.setdefault(head, {})[sub] = yaml.safe_load(value)
+            out.setdefault(head, {})[sub] = parsed
         else:
-            out[head] = yaml.safe_load(value)
+            out[head] = parsed
     return out
 
 
-def load_config(cls, path: str | None, overrides: dict, sets: list[str] | None = None):
-    """The YAML file, then the named options, then ``--set key=value`` items (``train.lr=...`` merges)."""
-    raw = yaml.safe_load(Path(path).read_text()) if path else {}
-    raw = {**(raw or {}), **{k: v for k, v in overrides.items() if v is not None}}
-    for key, value in parse_sets(sets).items():
-        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+def one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
+
+
+def read_yaml(path: str) -> dict:
+    """A config file: a YAML mapping of option names to values (one clear line when it is not)."""
+    p = Path(path)
+    if not p.is_file():
+        raise SystemExit(f"--config {path}: no such file")
+    try:
+        raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise SystemExit(f"--config {path}: not valid YAML ({one_line(err)})") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise SystemExit(f"--config {path}: expected a mapping of option: value, got a YAML {type(raw).__name__}")
+    return raw
+
+
+def unknown(what: str, key: object, known: list[str]) -> SystemExit:
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return SystemExit(f"{what}: unknown option {key!r} ({hint}known: {', '.join(known)})")
+
+
+def check_value(name: str, value, hint):
+    """``value`` if its type fits the option's annotation (int, float, bool, str, lists, None), else one line.
+
+    A float option also takes a string YAML did not read as a number (YAML 1.1 reads ``3e-4`` as text).
+    """
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in args:
+            try:
+                return check_value(name, value, arg)
+            except SystemExit:
+                pass
+        raise SystemExit(f"option {name!r}: {value!r} is not {' or '.join(type_name(a) for a in args)}")
+    if hint is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if hint is type(None):
+        ok = value is None
+    elif hint is bool:
+        ok = isinstance(value, bool)
+    elif hint is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif hint is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif hint is str:
+        ok = isinstance(value, str)
+    elif origin in (list, tuple):
+        if isinstance(value, (list, tuple)):
+            return type(value)(check_value(name, item, args[0]) for item in value) if args else value
+        ok = False
+    else:
+        ok = True
+    if not ok:
+        raise SystemExit(f"option {name!r}: {value!r} is not {type_name(hint)}")
+    return value
+
+
+def type_name(hint) -> str:
+    names = {int: "an integer", float: "a number", bool: "true/false", str: "a string", type(None): "null"}
+    if hint in names:
+        return names[hint]
+    origin = typing.get_origin(hint)
+    return f"a list of {type_name(typing.get_args(hint)[0])}" if origin in (list, tuple) else str(hint)
+
+
+def build(cls, raw: dict, where: str):
+    """``cls(**raw)`` with every key known and every value of the annotated type; nested config dataclasses
+    (``model``, ``train``) from mappings."""
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
     kwargs = {}
-    names = {f.name: f for f in dataclasses.fields(cls)}
     for key, value in raw.items():
         if key not in names:
-            raise SystemExit(f"{path}: unknown option {key!r} (known: {', '.join(names)})")
-        sub = {"model": nmt.ModelConfig, "train": nmt.TrainConfig}.get(key)
-        kwargs[key] = sub(**value) if sub and isinstance(value, dict) else value
+            raise unknown(where, key, names)
+        hint = hints[key]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            if not isinstance(value, dict):
+                raise SystemExit(f"{where}: option {key!r} must be a mapping of {hint.__name__} options, got {value!r}")
+            kwargs[key] = build(hint, value, f"{where} {key}")
+        else:
+            value = check_value(key, value, hint)
+            kwargs[key] = tuple(value) if typing.get_origin(hint) is tuple else value
     return cls(**kwargs)
+
+
+def load_config(cls, path: str | None, overrides: dict, sets: list[str] | None = None):
+    """The YAML file, then the named options, then ``--set key=value`` items (``train.lr=...`` merges).
+
+    A missing file, YAML that is not a mapping, an unknown option (with the closest known name) or a
+    value of the wrong type ends the command with one line naming it (``SystemExit``).
+    """
+    raw = read_yaml(path) if path else {}
+    raw = {**raw, **{k: v for k, v in overrides.items() if v is not None}}
+    items = parse_sets(sets)
+    hints, names = typing.get_type_hints(cls), [f.name for f in dataclasses.fields(cls)]
+    for key, value in items.items():  # name --set as the source of an unknown key it brings
+        if key not in names:
+            raise unknown("--set", key, names)
+        sub = hints[key]
+        if isinstance(value, dict) and isinstance(sub, type) and dataclasses.is_dataclass(sub):
+            known = [f.name for f in dataclasses.fields(sub)]
+            for name in value:
+                if name not in known:
+                    raise unknown(f"--set {key}", name, known)
+    for key, value in items.items():
+        before = raw.get(key, {})
+        raw[key] = {**(before if isinstance(before, dict) else {}), **value} if isinstance(value, dict) else value
+    return build(cls, raw, path or "options")
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the project root when it is inside it (messages name what the user typed)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
 
 
 def resolve(path: str) -> Path:
@@ -94,31 +214,128 @@ def precision_of(name: str) -> str:
 
 # Options that may change between invocations of one run (how long or how it runs, not what it computes).
 RESUMABLE = {"out", "max_epochs", "max_minutes", "patience", "threads", "eval_sets", "blind", "outputs", "eval_limit"}
+# Stage 2: the length, checkpoint rule and evaluation subset shape the result; pauses and extra sets do not.
+STAGE2_RESUMABLE = {"out", "max_minutes", "stop_at", "eval_sets", "blind", "outputs"}
+# Stage 3 recomputes everything it writes; which sets it decodes and where the outputs go may change.
+STAGE3_RESUMABLE = {"out", "name", "blind", "scored", "outputs"}
 
 
-def check_settings(run: Path, cfg, fresh: bool = False) -> None:
-    """Store ``cfg`` in ``run/settings.json``; refuse a rerun whose settings differ (but for ``RESUMABLE`` ones).
+def flat(d: dict, prefix: str = "") -> dict:
+    """``{"train": {"lr": 1}}`` -> ``{"train.lr": 1}``."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
-    With ``fresh`` a differing run folder is emptied (with a warning) and the run starts again.
+
+def settings_of(cfg) -> dict:
+    return json.loads(json.dumps(dataclasses.asdict(cfg)))
+
+
+def changed_settings(before: dict, cfg, resumable: set[str]) -> list[tuple[str, object, object]]:
+    """``(option, stored, now)`` for every option that differs from ``before`` but for ``resumable`` ones.
+
+    An option missing from ``before`` (added to the code after that run) counts as its default value;
+    one missing from ``cfg`` (removed from the code) is not compared.
     """
-    path = run / "settings.json"
-    now = json.loads(json.dumps(dataclasses.asdict(cfg)))
-    if path.exists():
-        before = json.loads(path.read_text())
-        diff = sorted(k for k in set(now) | set(before) if k not in RESUMABLE and now.get(k) != before.get(k))
-        if diff:
-            if not fresh:
-                changes = "; ".join(f"{k}: {before.get(k)!r} -> {now.get(k)!r}" for k in diff)
-                raise SystemExit(
-                    f"{run} holds a run with other settings ({changes}). Use another --out, or --fresh to "
-                    "discard that run and start again."
-                )
-            logger.warning("%s: settings changed (%s); --fresh: starting again", run, ", ".join(diff))
-            import shutil
+    defaults = flat(settings_of(type(cfg)()))
+    now, old = flat(settings_of(cfg)), flat(before)
+    return [
+        (k, old.get(k, defaults.get(k)), now[k])
+        for k in sorted(now)
+        if k.split(".")[0] not in resumable and old.get(k, defaults.get(k)) != now[k]
+    ]
 
+
+def check_settings(
+    run: Path,
+    cfg,
+    fresh: bool = False,
+    resumable: set[str] = RESUMABLE,
+    *,
+    file: str = "settings.json",
+    before: dict | None = None,
+    wipe: bool = True,
+) -> None:
+    """Store ``cfg`` in ``run/<file>``; refuse a rerun whose settings differ (but for ``resumable`` ones).
+
+    ``before``: the settings of a run made before ``settings.json`` existed (e.g. its result.json's
+    config), used when the file is missing. With ``fresh`` a differing run folder is emptied (with a
+    warning; with ``wipe=False`` only the settings are replaced) and the run starts again.
+    """
+    path = run / file
+    if path.exists():
+        try:
+            before = json.loads(path.read_text())
+        except ValueError as err:
+            raise SystemExit(f"{shown(path)}: unreadable ({one_line(err)}); delete it or use --fresh") from None
+    diff = changed_settings(before, cfg, resumable) if before is not None else []
+    if diff:
+        if not fresh:
+            changes = "; ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in diff)
+            raise SystemExit(
+                f"{shown(run)} holds a run with other settings ({changes}). Use another --out, or --fresh to "
+                "discard that run and start again."
+            )
+        logger.warning("%s: settings changed (%s); --fresh: starting again", run, ", ".join(k for k, _, _ in diff))
+        if wipe:
             shutil.rmtree(run)
             run.mkdir(parents=True)
-    path.write_text(json.dumps(now, indent=1))
+    run.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings_of(cfg), indent=1))
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A Lightning checkpoint, or one line saying it is truncated or corrupt (``SystemExit``)."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        lightning = isinstance(ckpt, dict) and {"state_dict", "global_step"} <= set(ckpt)
+        problem = None if lightning else "not a Lightning checkpoint"
+    except Exception as err:  # truncated zip, pickle garbage, empty file: all the same to the user
+        problem = f"{type(err).__name__}: {one_line(err)[:200]}"
+    if problem:
+        raise SystemExit(
+            f"{shown(path)}: truncated or corrupt checkpoint ({problem}); delete it to restart that run from its "
+            "start, or rerun with --fresh"
+        )
+    return ckpt
+
+
+def stage1_command(out: str = "runs/multi30k/stage1") -> str:
+    config = "converged.yaml" if "converged" in out else "stage1.yaml"
+    return f"python examples/translation/recipe.py stage1 --config configs/translation/{config}"
+
+
+def model_hint(path: str) -> str:
+    """Which command makes the model folder ``path`` (the stage that writes it)."""
+    p = Path(path)
+    if p.as_posix().rstrip("/").endswith("models/multi30k-de-en"):
+        return (
+            "it is the committed converged base (see docs/translation.md); to train it yourself run "
+            f"`{stage1_command('converged')}` and pass --set init=runs/multi30k/converged/stage1/model"
+        )
+    match = re.fullmatch(r"(ce|bertscore|mrt)-seed(\d+)", p.parent.name) if p.name == "model" else None
+    if match:
+        return (
+            f"it is written by `python examples/translation/recipe.py stage2 --arm {match[1]} --seed {match[2]} "
+            f"--out {p.parent.parent.as_posix()}` (with the stage-2 config that made it)"
+        )
+    if p.name == "model":
+        return f"it is written at the end of `{stage1_command(p.parent.as_posix())} --out {p.parent.as_posix()}`"
+    return "it must be an HF model folder with config.json, the weights and spm.model (recipe.py stage1 writes one)"
+
+
+def require_model(path: str, option: str) -> Path:
+    """The model folder ``path`` (HF Marian + spm.model), or one line naming it and the command that makes it."""
+    folder = resolve(path)
+    missing = [n for n in ("config.json", "spm.model") if not (folder / n).is_file()]
+    if missing:
+        what = "does not exist" if not folder.exists() else f"has no {' and no '.join(missing)}"
+        raise SystemExit(f"{option} {path}: the model folder {what}; {model_hint(path)}")
+    return folder
 
 
 def load_sp(path: Path):
@@ -171,6 +388,8 @@ def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
         enable_model_summary=False,
     )
     last = out / "checkpoints" / "last.ckpt"
+    if last.exists():
+        read_checkpoint(last)  # one clear line for a truncated or corrupt checkpoint, before Lightning reads it
     t0 = time.time()
     trainer.fit(
         module,
@@ -179,7 +398,7 @@ def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
         ckpt_path=str(last) if last.exists() else None,
     )
     logger.info("stage 1 trained in %.0f s; best %s", time.time() - t0, ckpt.best_model_path)
-    best = torch.load(ckpt.best_model_path or last, map_location="cpu", weights_only=False)
+    best = read_checkpoint(Path(ckpt.best_model_path or last))
     model.load_state_dict({k[len("model.") :]: v for k, v in best["state_dict"].items() if k.startswith("model.")})
     choice = choose_average(model, sp, val, out / "epochs", cfg.average, precision)
     model.save_pretrained(out / "model")
@@ -194,9 +413,19 @@ def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
     }
 
 
+def read_weights(path: Path) -> dict:
+    """A saved state dict (``epochs/epoch-NNN.pt``), or one line saying it is truncated or corrupt."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise SystemExit(
+            f"{path}: truncated or corrupt weights ({type(err).__name__}: {one_line(err)[:200]}); delete it"
+        ) from None
+
+
 def average_weights(paths: list[Path]) -> dict:
     """The element-wise mean of saved state dicts (floating tensors; others from the last one)."""
-    states = [torch.load(p, map_location="cpu", weights_only=True) for p in paths]
+    states = [read_weights(p) for p in paths]
     out = {}
     for key, last in states[-1].items():
         out[key] = (
@@ -235,7 +464,8 @@ class Stage2Config:
     out: str = "runs/multi30k/stage2"
     arm: str = "ce"
     seed: int = 0
-    updates: int = 300
+    updates: int | None = None  # the run's length: updates, or
+    epochs: float | None = None  # epochs of the seed's batches (updates = round(epochs × batches in an epoch))
     batch_tokens: int = 768
     max_len: int = 100
     precision: str = "auto"
@@ -247,10 +477,18 @@ class Stage2Config:
     temperature: float = 0.05
     top_k: int | None = 64
     gumbel: str | None = None
-    val_limit: int | None = None
+    val_every: float | None = None  # validate every this many epochs (and at update 0 and at the end); None: never
+    val_beams: int = 1  # beams of the periodic validation (1 = greedy)
+    val_limit: int | None = None  # first N val pairs for the periodic validation (None = all)
+    select: str = "bertscore_f"  # with val_every: keep the weights with the best val score of this name
+    patience: int | None = None  # with val_every: stop after this many validations without a better score
+    equal_time: str | None = None  # a semantic arm's run (same seed): train this ce run for as long as it trained
+    time_ratio: float | str | None = None  # that arm's s/update ÷ ce's: a number or a benchmark JSON (ratio_to_ce)
+    max_minutes: float | None = None  # pause this invocation after so many minutes (a checkpoint; rerun to go on)
+    stop_at: int | None = None  # pause this invocation after this update (a checkpoint; rerun to go on)
     eval_sets: list[str] = field(default_factory=lambda: ["val", "test_2016_flickr"])
     blind: bool = True
-    outputs: str = "docs/multi30k-outputs"  # where the blind-set translations go
+    outputs: str | None = None  # where the blind-set translations go (None: <run>/outputs)
     eval_limit: int | None = None  # first N lines of each evaluation set (smoke runs)
     beams: int = 5
     train: nmt.TrainConfig = field(default_factory=lambda: nmt.TrainConfig(lr=1e-4, warmup=50))
@@ -259,38 +497,91 @@ class Stage2Config:
 def load_model(folder: Path):
     from transformers import MarianMTModel
 
-    model = MarianMTModel.from_pretrained(folder)
+    model = nmt.freeze_positions(MarianMTModel.from_pretrained(folder))
     return model, load_sp(folder / "spm.model")
 
 
-def stage2(cfg: Stage2Config) -> dict:
-    """Fine-tune the stage-1 model for ``updates`` updates with one arm; then translate val, test and blind."""
+def run_length(cfg: Stage2Config, per_epoch: int) -> tuple[int, dict | None]:
+    """The run's number of updates (from ``equal_time``, else ``epochs``, else ``updates``) and, for an
+    equal-time run, what it was derived from."""
+    if cfg.equal_time:
+        return equal_time_updates(cfg)
+    if cfg.updates is not None and cfg.epochs is not None:
+        raise SystemExit(
+            f"updates={cfg.updates} and epochs={cfg.epochs}: set one of them (e.g. --set epochs=null --set updates=...)"
+        )
+    if cfg.epochs is not None:
+        if cfg.epochs <= 0:
+            raise SystemExit(f"epochs must be > 0, got {cfg.epochs}")
+        return max(1, round(cfg.epochs * per_epoch)), None
+    if cfg.updates is None or cfg.updates < 1:
+        raise SystemExit(f"the run needs a length: set updates (>= 1) or epochs (got updates={cfg.updates})")
+    return cfg.updates, None
+
+
+def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
+    """Updates of a ``ce`` run that trains as long as the semantic run ``cfg.equal_time`` trained.
+
+    ``time_ratio`` None: that run's ``train_seconds`` ÷ the ``seconds_per_update`` of the ``ce`` run of the
+    same seed beside it (``<its folder>/../ce-seed<k>``); a number or a JSON of
+    ``benchmarks/translation_arms.py`` (``ratio_to_ce[<arm>]``): its updates × that ratio.
+    """
+    if cfg.arm != "ce":
+        raise SystemExit(f"equal_time: only the ce arm (the control) gets another arm's training time, not {cfg.arm!r}")
+    src = resolve(str(cfg.equal_time))
+    path = src / "result.json" if src.is_dir() else src
+    if not path.is_file():
+        raise SystemExit(f"equal_time {cfg.equal_time}: no finished stage-2 run there (no result.json); run it first")
+    sem = json.loads(path.read_text())
+    if sem["arm"] == "ce" or sem["seed"] != cfg.seed:
+        raise SystemExit(
+            f"equal_time {cfg.equal_time}: expected a semantic arm's run of seed {cfg.seed}, "
+            f"got {sem['arm']} seed {sem['seed']}"
+        )
+    trained = sem.get("updates_trained", sem["updates"])
+    basis: dict = {"run": str(path.parent), "arm": sem["arm"], "arm_updates": trained}
+    basis["arm_train_seconds"] = sem["train_seconds"]
+    ratio = cfg.time_ratio
+    if ratio is None:
+        control = path.parent.parent / f"ce-seed{cfg.seed}" / "result.json"
+        if not control.is_file():
+            raise SystemExit(
+                f"equal_time: {control} is missing: run the ce arm of seed {cfg.seed} beside it first "
+                "(its seconds per update set this run's length), or set time_ratio"
+            )
+        ce_speed = json.loads(control.read_text())["seconds_per_update"]
+        basis.update(ce_run=str(control.parent), ce_seconds_per_update=ce_speed)
+        updates = round(sem["train_seconds"] / ce_speed)
+    else:
+        if isinstance(ratio, str):
+            bench = resolve(ratio)
+            if not bench.is_file():
+                raise SystemExit(f"time_ratio {ratio}: no such file")
+            timing = json.loads(bench.read_text())
+            # {"arms": {label: {"ratio_to_ce": r}}}, or the older {"ratio_to_ce": {arm: r}}
+            ratios = timing.get("ratio_to_ce", {})
+            if "arms" in timing:
+                ratios = {k: a["ratio_to_ce"] for k, a in timing["arms"].items()}
+            if sem["arm"] not in ratios:
+                raise SystemExit(f"time_ratio {ratio}: no ratio_to_ce for {sem['arm']!r} in it (has {sorted(ratios)})")
+            basis.update(ratio_from=str(bench), ratio_batch_tokens=timing.get("batch_tokens"))
+            if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
+                logger.warning("time_ratio %s was timed at batch_tokens %s, this run uses %s", ratio,
+                               timing["batch_tokens"], cfg.batch_tokens)
+            ratio = ratios[sem["arm"]]
+        if ratio <= 0:
+            raise SystemExit(f"time_ratio must be > 0, got {ratio}")
+        basis["ratio"] = ratio
+        updates = round(trained * ratio)
+    basis["updates"] = max(1, updates)
+    logger.info("equal time: %s", basis)
+    return basis["updates"], basis
+
+
+def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
+    """The arm's semantic loss (``bertscore``) or risk (``mrt``); ``(None, None)`` for ``ce``."""
     from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, VocabBridge
 
-    data, init = resolve(cfg.data), resolve(cfg.init)
-    run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
-    run.mkdir(parents=True, exist_ok=True)
-    pl.seed_everything(cfg.seed, verbose=False)
-    model, sp = load_model(init)
-    precision = precision_of(cfg.precision)
-    done = run / "result.json"
-    if (run / "model").exists() and done.exists():
-        # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
-        result = json.loads(done.read_text())
-        model, _ = load_model(run / "model")
-        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
-        blind = cfg.blind and not all(
-            (resolve(cfg.outputs) / f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}.{p.stem}.en").exists()
-            for p in (data / "blind").glob("*.de")
-        )
-        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
-        result["eval"].update(
-            translate_sets(model, sp, data, run, more, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
-        )
-        done.write_text(json.dumps(result, indent=1))
-        return result
-    train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
-    val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
     semantic = risk = None
     if cfg.arm in ("bertscore", "mrt"):
         scorer = BERTScorer()  # bundled MiniLM, its default layer, fp32: the same settings as the reported F
@@ -306,52 +597,157 @@ def stage2(cfg: Stage2Config) -> dict:
             )
         else:
             risk = MinimumRiskLoss(scorer=scorer, alpha=cfg.alpha)
+    return semantic, risk
+
+
+def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
+    """Fine-tune the initial model with one arm; keep the weights the checkpoint rule chooses; decode the sets.
+
+    Every arm of a seed gets the same batches (seeded by the seed only), optimizer, schedule and length.
+    With ``val_every`` the run validates periodically and keeps the weights with the best val ``select``
+    score (else its last weights). Resumes from ``<run>/checkpoints/last.ckpt`` with its val history and
+    kept weights; refuses a rerun with other settings (``fresh``: start that run again).
+    """
+    if cfg.arm not in nmt.ARMS:
+        raise SystemExit(f"arm {cfg.arm!r}: expected one of {', '.join(nmt.ARMS)}")
+    if cfg.select not in nmt.SELECT:
+        raise SystemExit(f"select {cfg.select!r}: expected one of {', '.join(nmt.SELECT)}")
+    if cfg.val_every is not None and cfg.val_every <= 0:
+        raise SystemExit(f"val_every must be > 0 epochs, got {cfg.val_every}")
+    if cfg.patience is not None and not cfg.val_every:
+        raise SystemExit("patience needs val_every (it counts validations)")
+    data, init = resolve(cfg.data), require_model(cfg.init, "init")
+    run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
+    sp = load_sp(init / "spm.model")
+    train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
+    batch_seed = 1000 + cfg.seed
+    per_epoch = train.batches_per_epoch(cfg.batch_tokens, batch_seed)
+    updates, equal_time = run_length(cfg, per_epoch)
+    cfg = dataclasses.replace(cfg, updates=updates)  # stored resolved: a changed source of the length is refused
+    val_every = max(1, round(cfg.val_every * per_epoch)) if cfg.val_every else None
+    done = run / "result.json"
+    before = json.loads(done.read_text())["config"] if done.exists() else None  # runs made before settings.json
+    check_settings(run, cfg, fresh, STAGE2_RESUMABLE, before=before)
+    pl.seed_everything(cfg.seed, verbose=False)
+    precision = precision_of(cfg.precision)
+    name = f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}"
+    if (run / "model").exists() and done.exists():
+        # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
+        result = json.loads(done.read_text())
+        model, _ = load_model(run / "model")
+        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
+        dest = outputs_dir(cfg, run)
+        blind = cfg.blind and not all((dest / f"{name}.{p.stem}.en").exists() for p in (data / "blind").glob("*.de"))
+        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
+        result["eval"].update(translate_sets(model, sp, data, run, more, precision, name))
+        done.write_text(json.dumps(result, indent=1))
+        return result
+    last = run / "checkpoints" / "last.ckpt"
+    ckpt = read_checkpoint(last) if last.exists() else None
+    start = ckpt["global_step"] if ckpt else 0
+    model, _ = load_model(init)
+    val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
+    semantic, risk = arm_losses(cfg, init, sp)
     module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
     module.train_targets = train.tgt_text
+    module.val_score = metrics.corpus_scores  # the reporting scorer: BLEU, chrF, BERTScore F, length ratio
+    module.plan = nmt.RunPlan(
+        updates=updates,
+        val_every=val_every,
+        val_beams=cfg.val_beams,
+        val_limit=cfg.val_limit,
+        select=cfg.select,
+        patience=cfg.patience,
+        checkpoint=last,
+        curve=run / "curve.json" if val_every else None,
+        stop_at=cfg.stop_at,
+        deadline=time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None,
+    )
     model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=cfg.updates,
-        precision=precision,
-        gradient_clip_val=cfg.train.clip,
-        logger=pl.loggers.CSVLogger(run, name="logs"),
-        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=run / "checkpoints", save_last=True, save_top_k=0)],
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        enable_progress_bar=sys.stderr.isatty(),
-        use_distributed_sampler=False,
-        enable_model_summary=False,
-        log_every_n_steps=10,
-    )
-    last = run / "checkpoints" / "last.ckpt"
-    t0 = time.time()
-    trainer.fit(
-        module,
-        train.loader(cfg.batch_tokens, True, 1000 + cfg.seed),
-        ckpt_path=str(last) if last.exists() else None,
-    )
+    if ckpt is not None and (start >= updates or ckpt.get("stage2_run", {}).get("stopped_early")):
+        # Trained to its end before an interruption: the checkpoint holds everything the result needs.
+        module.load_run_state(ckpt["stage2_run"])
+        model.load_state_dict({k[len("model.") :]: v for k, v in ckpt["state_dict"].items() if k.startswith("model.")})
+        trained = start
+    else:
+        trainer = pl.Trainer(
+            accelerator="cpu",
+            max_steps=updates,
+            precision=precision,
+            gradient_clip_val=cfg.train.clip,
+            logger=pl.loggers.CSVLogger(run, name="logs"),
+            enable_checkpointing=False,  # the module writes last.ckpt after every validation and when it pauses
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            enable_progress_bar=sys.stderr.isatty(),
+            use_distributed_sampler=False,
+            enable_model_summary=False,
+            log_every_n_steps=10,
+        )
+        with warnings.catch_warnings():  # StepBatches starts at the checkpoint's update: the resume is exact
+            warnings.filterwarnings("ignore", message=".*resuming from a checkpoint that ended before the epoch")
+            trainer.fit(
+                module,
+                train.step_loader(cfg.batch_tokens, batch_seed, updates, start),
+                ckpt_path=str(last) if ckpt else None,
+            )
+        del ckpt
+        trained = trainer.global_step
+        if module.paused:
+            logger.warning("%s paused after update %d of %d: rerun the same command to continue", run, trained, updates)
+            return {"arm": cfg.arm, "seed": cfg.seed, "status": "paused", "updates_done": trained, "updates": updates}
+    if module.best_state is not None:
+        model.load_state_dict(module.best_state)
     model.save_pretrained(run / "model")
     (run / "model" / "spm.model").write_bytes((init / "spm.model").read_bytes())
-    seconds = time.time() - t0
     steps = module.step_seconds
     result = {
         "arm": cfg.arm,
         "seed": cfg.seed,
-        "updates": cfg.updates,
+        "updates": updates,
+        "updates_trained": trained,
+        "stopped_early": module.stopped_early,
+        "batches_per_epoch": per_epoch,
+        "pairs_per_update": len(train) / per_epoch,
+        "chosen_update": module.best["step"] if module.best else trained,
+        "chosen_val": module.best,
+        "val_every": val_every,
+        "val_curve": module.history,
         "cpu": nmt.cpu_label(),
         "precision": precision,
-        "train_seconds": seconds,
+        "train_seconds": sum(steps),  # the updates only: validation and decoding not counted
         "seconds_per_update": sum(steps) / len(steps) if steps else None,
+        "validation_seconds": module.val_seconds,
         "step_seconds": steps,
-        "config": dataclasses.asdict(cfg),
+        "equal_time": equal_time,
+        "config": settings_of(cfg),
     }
-    result["eval"] = translate_sets(model, sp, data, run, cfg, precision, f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}")
+    result["eval"] = translate_sets(model, sp, data, run, cfg, precision, name)
     done.write_text(json.dumps(result, indent=1))
     return result
 
 
+def outputs_dir(cfg, run: Path) -> Path:
+    """Where the blind-set translations go: ``outputs`` when given, else ``<run>/outputs``."""
+    return resolve(cfg.outputs) if cfg.outputs else run / "outputs"
+
+
+def write_output(path: Path, lines: list[str]) -> None:
+    """One translation per line; a different file already under docs/ is never overwritten (published evidence)."""
+    text = "\n".join(lines) + "\n"
+    docs = (ROOT / "docs").resolve()
+    if path.exists() and path.resolve().is_relative_to(docs) and path.read_text(encoding="utf-8") != text:
+        raise SystemExit(
+            f"{shown(path)} exists with other translations: published outputs under docs/ are never overwritten; "
+            "set outputs to a new folder"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def translate_sets(model, sp, data: Path, run: Path, cfg: Stage2Config, precision: str, name: str) -> dict:
-    """Beam translations of the evaluation sets (scored) and of the blind sets (written to docs/multi30k-outputs)."""
+    """Beam translations of the evaluation sets (scored, ``<run>/<set>.hyp.en``) and of the blind sets
+    (``<outputs>/<name>.<set>.en``, ``outputs`` defaulting to ``<run>/outputs``)."""
     out = {}
     for split in cfg.eval_sets:
         src, refs = nmt.read_pairs(data, split, cfg.eval_limit)
@@ -362,11 +758,10 @@ def translate_sets(model, sp, data: Path, run: Path, cfg: Stage2Config, precisio
         out[split] = {**metrics.corpus_scores(hyps, refs), "decode_seconds": seconds}
         logger.info("%s %s: %s", name, split, out[split])
     if cfg.blind:
-        dest = resolve(cfg.outputs)
-        dest.mkdir(parents=True, exist_ok=True)
+        dest = outputs_dir(cfg, run)
         for path in sorted((data / "blind").glob("*.de")):
             hyps = nmt.translate(model, sp, nmt.read_lines(path), beams=cfg.beams, precision=precision)
-            (dest / f"{name}.{path.stem}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            write_output(dest / f"{name}.{path.stem}.en", hyps)
     return out
 
 
@@ -485,16 +880,41 @@ def evaluate(model_dir: str, data: str, split: str, beams: int, precision: str, 
     }
 
 
-def report(stage2_dir: str, split: str = "test_2016_flickr") -> str:
-    """Markdown table of the stage-2 runs: mean ± std over seeds, paired bootstrap p vs the ce run of each seed."""
-    import statistics
-
+def load_runs(folder: str) -> dict[tuple[str, int], tuple[dict, Path]]:
+    """``(arm, seed) -> (result.json, run folder)`` of the finished stage-2 runs under ``folder``."""
     runs = {}
-    for path in sorted(resolve(stage2_dir).glob("*-seed*/result.json")):
+    for path in sorted(resolve(folder).glob("*-seed*/result.json")):
         r = json.loads(path.read_text())
         runs[(r["arm"], r["seed"])] = (r, path.parent)
-    first = runs[next(iter(runs))][0]["config"] if runs else {}
-    refs = nmt.read_pairs(resolve(first["data"]), split, first["eval_limit"])[1] if runs else []
+    return runs
+
+
+def mean_sd(vals: list[float], digits: int = 2) -> str:
+    import statistics
+
+    sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+    return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
+
+
+def p_values(base: Path, system: Path, split: str, refs: list[str]) -> str:
+    """Paired bootstrap p of ``system``'s ``split`` translations against ``base``'s (BLEU / chrF / BERTScore F)."""
+    a, b = nmt.read_lines(base / f"{split}.hyp.en"), nmt.read_lines(system / f"{split}.hyp.en")
+    if a == b:
+        return "same translations"  # the bootstrap's smoothed p (1/1001) would read as significant
+    p = metrics.paired_bootstrap(a, b, refs)
+    return f"{p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f}"
+
+
+def references(runs: dict, split: str) -> list[str]:
+    config = next(iter(runs.values()))[0]["config"]
+    return nmt.read_pairs(resolve(config["data"]), split, config["eval_limit"])[1]
+
+
+def scores_table(runs: dict, split: str) -> list[str]:
+    """Mean ± std over seeds per arm, paired bootstrap p vs the ce run of each seed, s/update (× ce)."""
+    import statistics
+
+    refs = references(runs, split)
     base_speed = statistics.mean([r["seconds_per_update"] for (a, _), (r, _) in runs.items() if a == "ce"] or [0])
     lines = [
         "| arm | seeds | BLEU | chrF | BERTScore F | length ratio | p (BLEU / chrF / BERTScore) vs ce per seed "
@@ -502,33 +922,101 @@ def report(stage2_dir: str, split: str = "test_2016_flickr") -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for arm in nmt.ARMS:
-        seeds = sorted(s for a, s in runs if a == arm)
+        seeds = sorted(s for a, s in runs if a == arm and split in runs[(a, s)][0]["eval"])
         if not seeds:
             continue
-        cols = {}
-        for key in ("bleu", "chrf", "bertscore_f", "length_ratio"):
-            vals = [runs[(arm, s)][0]["eval"][split][key] for s in seeds]
-            sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-            cols[key] = (
-                f"{statistics.mean(vals):.3f} ± {sd:.3f}"
-                if key == "length_ratio"
-                else (f"{statistics.mean(vals):.2f} ± {sd:.2f}")
-            )
-        pvals = []
-        for s in seeds:
-            if arm == "ce" or ("ce", s) not in runs:
-                continue
-            hyp = nmt.read_lines(runs[(arm, s)][1] / f"{split}.hyp.en")
-            base = nmt.read_lines(runs[("ce", s)][1] / f"{split}.hyp.en")
-            p = metrics.paired_bootstrap(base, hyp, refs)
-            pvals.append(f"s{s}: {p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f}")
+        cols = {
+            key: mean_sd([runs[(arm, s)][0]["eval"][split][key] for s in seeds], 3 if key == "length_ratio" else 2)
+            for key in ("bleu", "chrf", "bertscore_f", "length_ratio")
+        }
+        pvals = [
+            f"s{s}: {p_values(runs[('ce', s)][1], runs[(arm, s)][1], split, refs)}"
+            for s in seeds
+            if arm != "ce" and ("ce", s) in runs and split in runs[("ce", s)][0]["eval"]
+        ]
         speed = statistics.mean([runs[(arm, s)][0]["seconds_per_update"] for s in seeds])
         ratio = f"{speed:.2f} ({speed / base_speed:.1f}×)" if base_speed else f"{speed:.2f}"
         lines.append(
             f"| {arm} | {','.join(map(str, seeds))} | {cols['bleu']} | {cols['chrf']} | {cols['bertscore_f']} "
             f"| {cols['length_ratio']} | {'; '.join(pvals) or '—'} | {ratio} |"
         )
-    return "\n".join(lines)
+    return lines
+
+
+def training_table(runs: dict) -> list[str]:
+    """Per run: updates, the update the checkpoint rule chose (and its val score), train and validation time."""
+    lines = [
+        "| run | updates | chosen update | val at chosen (BLEU / BERTScore F) | val curve (update: F) | train s "
+        "| s/update | validation s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for (arm, seed), (r, _) in sorted(runs.items(), key=lambda kv: (nmt.ARMS.index(kv[0][0]), kv[0][1])):
+        chosen = r.get("chosen_val")
+        at = f"{chosen['bleu']:.2f} / {chosen['bertscore_f']:.2f}" if chosen else "— (last weights)"
+        curve = ", ".join(f"{row['step']}: {row['bertscore_f']:.2f}" for row in r.get("val_curve") or []) or "—"
+        trained = r.get("updates_trained", r["updates"])
+        stopped = " (stopped early)" if r.get("stopped_early") else ""
+        lines.append(
+            f"| {arm}-seed{seed} | {trained}{stopped} | {r.get('chosen_update', trained)} | {at} | {curve} "
+            f"| {r['train_seconds']:.0f} | {r['seconds_per_update']:.3f} | {r.get('validation_seconds', 0):.0f} |"
+        )
+    return lines
+
+
+def equal_time_table(runs: dict, folder: str, split: str) -> list[str]:
+    """Each semantic arm against a ``ce`` run trained for as long as that arm trained (same seed, same rule)."""
+    control: dict[tuple[str, int], tuple[dict, Path]] = {}
+    for path in sorted(resolve(folder).glob("**/ce-seed*/result.json")):
+        r = json.loads(path.read_text())
+        if r.get("equal_time"):
+            control[(r["equal_time"]["arm"], r["seed"])] = (r, path.parent)
+    lines = [
+        "| arm | seeds | arm's train s | `ce` updates in that time (arm's) | `ce` BLEU | `ce` chrF | `ce` BERTScore F "
+        "| arm BLEU | arm chrF | arm BERTScore F | p (BLEU / chrF / BERTScore) arm vs `ce` per seed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    if not control:
+        return lines
+    refs = references(control, split)
+    for arm in nmt.ARMS[1:]:
+        seeds = sorted(s for a, s in control if a == arm and (arm, s) in runs and split in control[(a, s)][0]["eval"])
+        if not seeds:
+            continue
+        ce = [control[(arm, s)][0] for s in seeds]
+        sem = [runs[(arm, s)][0] for s in seeds]
+        pvals = "; ".join(f"s{s}: {p_values(control[(arm, s)][1], runs[(arm, s)][1], split, refs)}" for s in seeds)
+        updates = ", ".join(f"{c['updates_trained']} ({c['equal_time']['arm_updates']})" for c in ce)
+        lines.append(
+            f"| {arm} | {','.join(map(str, seeds))} | {mean_sd([r['train_seconds'] for r in sem], 0)} | {updates} | "
+            + " | ".join(mean_sd([r["eval"][split][k] for r in ce]) for k in ("bleu", "chrf", "bertscore_f"))
+            + " | "
+            + " | ".join(mean_sd([r["eval"][split][k] for r in sem]) for k in ("bleu", "chrf", "bertscore_f"))
+            + f" | {pvals} |"
+        )
+    return lines
+
+
+def report(
+    stage2_dir: str, split: str | list[str] | None = None, equal_time: str | None = None, training: bool = True
+) -> str:
+    """Markdown tables of the stage-2 runs under ``stage2_dir``: per split (default test_2016_flickr and val)
+    mean ± std over seeds with the paired bootstrap p vs the ce run of each seed; the training of every run
+    (updates, chosen update, val curve, times); with ``equal_time`` (a folder of equal-time ce runs) each
+    semantic arm against the ce run that trained as long."""
+    runs = load_runs(stage2_dir)
+    if not runs:
+        raise SystemExit(f"{stage2_dir}: no finished stage-2 runs (*-seed*/result.json)")
+    splits = [split] if isinstance(split, str) else list(split or ["test_2016_flickr", "val"])
+    out: list[str] = []
+    for s in splits:
+        if any(s in r["eval"] for r, _ in runs.values()):
+            out += [f"**{s}**", "", *scores_table(runs, s), ""]
+    if training:
+        out += ["**training**", "", *training_table(runs), ""]
+    if equal_time:
+        for s in splits:
+            out += [f"**equal time, {s}**", "", *equal_time_table(runs, equal_time, s), ""]
+    return "\n".join(out).rstrip("\n")
 
 
 BERTSCORE_SETTINGS = ("weight", "temperature", "max_mode", "gumbel", "bridge_mode", "top_k")
@@ -557,7 +1045,94 @@ def sweep_report(sweep_dir: str, stage2_dir: str = "runs/multi30k/stage2", split
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
+def run_stage3(cfg: Stage3Config, fresh: bool = False) -> dict:
+    """Stage 3 with its model folder checked and its settings stored (``<out>/<name>.settings.json``)."""
+    require_model(cfg.model, "--model")
+    check_settings(resolve(cfg.out), cfg, fresh, STAGE3_RESUMABLE, file=f"{cfg.name}.settings.json", wipe=False)
+    return stage3(cfg)
+
+
+SAMPLE = ROOT / "tests" / "data" / "multi30k"  # 300 train pairs, 24 val and test pairs, 8 + 8 blind sources
+
+
+def smoke_configs(out: Path, data: Path = SAMPLE) -> dict:
+    """The settings of ``recipe.py smoke``: every stage on the committed sample with a tiny model."""
+    tiny = nmt.ModelConfig(d_model=64, layers=1, heads=2, ffn=128, dropout=0.1)
+    base = Stage2Config(
+        data=str(data),
+        init=str(out / "stage1" / "model"),
+        out=str(out / "stage2"),
+        epochs=0.2,  # 0.2 of the 300 pairs at 200 tokens a batch: about 10 updates
+        batch_tokens=200,
+        precision="32-true",
+        samples=3,
+        val_every=0.1,
+        patience=3,
+        beams=2,
+        train=nmt.TrainConfig(lr=1e-3, warmup=2),  # the 7-epoch base still learns: the rule keeps a later update
+    )
+    return {
+        "stage1": Stage1Config(
+            data=str(data),
+            out=str(out / "stage1"),
+            vocab_size=250,
+            max_epochs=7,
+            max_minutes=None,
+            patience=3,
+            average=2,
+            batch_tokens=600,
+            precision="32-true",
+            model=tiny,
+            train=nmt.TrainConfig(lr=5e-3, warmup=10, val_limit=8),
+        ),
+        "stage2": {arm: dataclasses.replace(base, arm=arm) for arm in nmt.ARMS},
+        "equal_time": dataclasses.replace(
+            base,
+            out=str(out / "equal-time" / "bertscore"),
+            equal_time=str(out / "stage2" / "bertscore-seed0"),
+            blind=False,
+        ),
+        "stage3": Stage3Config(
+            data=str(data),
+            model=str(out / "stage2" / "bertscore-seed0" / "model"),
+            name="bertscore-seed0",
+            out=str(out / "stage3"),
+            limit=6,
+            nbest_beams=2,
+            sample_sizes=[3],
+            precision="32-true",
+            blind=True,
+            outputs=str(out / "stage3" / "outputs"),
+        ),
+    }
+
+
+def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False) -> dict:
+    """All stages on the committed sample with a tiny model (about a minute on one thread): stage 1 with early
+    stopping and averaging, stage 2 for every arm with periodic validation and the best-F rule, an equal-time
+    ce run for the bertscore arm, the report, and stage 3. Writes only under ``out``."""
+    root = resolve(out)
+    if fresh and root.exists():
+        shutil.rmtree(root)
+    cfgs = smoke_configs(root)
+    t0 = time.time()
+    stage1(cfgs["stage1"])
+    runs = {arm: stage2(cfg) for arm, cfg in cfgs["stage2"].items()}
+    equal = stage2(cfgs["equal_time"])
+    table = report(str(root / "stage2"), equal_time=str(root / "equal-time"))
+    s3 = run_stage3(cfgs["stage3"])
+    (root / "report.md").write_text(table + "\n", encoding="utf-8")
+    return {
+        "out": str(root),
+        "seconds": time.time() - t0,
+        "stage2": {arm: {k: r[k] for k in ("updates_trained", "chosen_update")} for arm, r in runs.items()},
+        "equal_time_updates": equal["updates_trained"],
+        "stage3_rows": sorted(s3["rows"]),
+        "report": str(root / "report.md"),
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
     p1 = sub.add_parser("stage1", help="tokenizer + generator from scratch (cross-entropy)")
@@ -572,15 +1147,18 @@ def main(argv: list[str] | None = None) -> None:
     p2.add_argument("--seed", type=int)
     p2.add_argument("--weight", type=float, help="lambda of the semantic term (overrides the config)")
     p2.add_argument("--out")
+    p2.add_argument("--fresh", action="store_true", help="discard a run of this arm and seed made with other settings")
     p3 = sub.add_parser("stage3", help="decode with beam search vs MBR reranking (BERTScore, chrF)")
     p3.add_argument("--config")
     p3.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p3.add_argument("--model")
     p3.add_argument("--name")
     p3.add_argument("--out")
-    p4 = sub.add_parser("report", help="stage-2 table: mean ± std over seeds, paired bootstrap vs the ce arm")
+    p3.add_argument("--fresh", action="store_true", help="replace the stored settings of --name in --out")
+    p4 = sub.add_parser("report", help="stage-2 tables: scores over seeds with paired bootstrap, training, equal time")
     p4.add_argument("--stage2", default="runs/multi30k/stage2")
-    p4.add_argument("--split", default="test_2016_flickr")
+    p4.add_argument("--split", action="append", help="split to tabulate (repeatable; default test_2016_flickr and val)")
+    p4.add_argument("--equal-time", help="folder of equal-time ce runs (stage2 --set equal_time=...)")
     p6 = sub.add_parser("sweep-report", help="val sweep table: every sweep run beside the stage-2 runs of one seed")
     p6.add_argument("--sweep", default="runs/multi30k/sweep")
     p6.add_argument("--stage2", default="runs/multi30k/stage2")
@@ -593,31 +1171,53 @@ def main(argv: list[str] | None = None) -> None:
     p5.add_argument("--beams", type=int, default=5)
     p5.add_argument("--precision", default="auto")
     p5.add_argument("--limit", type=int)
-    args = parser.parse_args(argv)
+    p7 = sub.add_parser("smoke", help="every stage on the committed sample with a tiny model (about a minute)")
+    p7.add_argument("--out", default="runs/multi30k/smoke")
+    p7.add_argument("--fresh", action="store_true", help="delete --out first")
+    return parser
+
+
+def configure(argv: list[str] | None = None) -> tuple[argparse.Namespace, object | None]:
+    """The parsed command line and, for stage1/2/3, the config it builds (files, options, ``--set``), without
+    running anything: bad input ends here in one line."""
+    args = build_parser().parse_args(argv)
+    cfg: object | None = None
+    if args.stage == "stage1":
+        cfg = load_config(Stage1Config, args.config, {"out": args.out}, args.set)
+    elif args.stage == "stage2":
+        overrides = {"out": args.out, "arm": args.arm, "seed": args.seed, "weight": args.weight}
+        cfg = load_config(Stage2Config, args.config, overrides, args.set)
+    elif args.stage == "stage3":
+        overrides = {"model": args.model, "name": args.name, "out": args.out}
+        cfg = load_config(Stage3Config, args.config, overrides, args.set)
+    return args, cfg
+
+
+def main(argv: list[str] | None = None) -> None:
+    args, cfg = configure(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     threads = os.environ.get("THREADS")
     if threads:
         torch.set_num_threads(int(threads))
-    if args.stage == "stage1":
-        cfg = load_config(Stage1Config, args.config, {"out": args.out}, args.set)
+    if isinstance(cfg, Stage1Config):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         print(json.dumps(stage1(cfg, args.fresh), indent=1))
-    elif args.stage == "stage2":
-        overrides = {"out": args.out, "arm": args.arm, "seed": args.seed, "weight": args.weight}
-        cfg = load_config(Stage2Config, args.config, overrides, args.set)
-        print(json.dumps(stage2(cfg), indent=1))
-    elif args.stage == "stage3":
-        cfg = load_config(
-            Stage3Config, args.config, {"model": args.model, "name": args.name, "out": args.out}, args.set
-        )
-        print(json.dumps(stage3(cfg), indent=1))
+    elif isinstance(cfg, Stage2Config):
+        print(json.dumps(stage2(cfg, args.fresh), indent=1))
+    elif isinstance(cfg, Stage3Config):
+        print(json.dumps(run_stage3(cfg, args.fresh), indent=1))
     elif args.stage == "evaluate":
+        require_model(args.model, "--model")
         print(json.dumps(evaluate(args.model, args.data, args.split, args.beams, args.precision, args.limit), indent=1))
     elif args.stage == "report":
-        print(report(args.stage2, args.split))
+        print(report(args.stage2, args.split, args.equal_time))
     elif args.stage == "sweep-report":
         print(sweep_report(args.sweep, args.stage2, args.split, args.seed))
+    elif args.stage == "smoke":
+        summary = smoke(args.out, args.fresh)
+        print(Path(summary["report"]).read_text(encoding="utf-8"))
+        print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
