@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -57,3 +57,68 @@ def expected_rows(probs: Tensor, table: Tensor, top_k: int | None = None) -> Ten
     rows = F.embedding(index, table.unsqueeze(-1) if table.dim() == 1 else table)  # [B, T, k, feat]
     out = (values.unsqueeze(-1) * rows.to(values.dtype)).sum(dim=-2)
     return out.squeeze(-1) if table.dim() == 1 else out
+
+
+class TopK(NamedTuple):
+    """The ``k`` most probable tokens of every position: ``ids`` ``[B, T, k]`` (long), ``probs`` ``[B, T, k]``
+    (their probabilities renormalised to sum 1; differentiable) and ``best`` ``[B, T]`` (the most
+    probable token, as ``argmax(-1)`` of the full distribution)."""
+
+    ids: Tensor
+    probs: Tensor
+    best: Tensor
+
+    def select(self, positions: Tensor) -> TopK:
+        """The entries at ``positions`` ``[B, P]`` of every row: ``[B, P, k]``, ``[B, P, k]``, ``[B, P]``."""
+        wide = positions.unsqueeze(-1).expand(-1, -1, self.ids.shape[-1])
+        return TopK(self.ids.gather(1, wide), self.probs.gather(1, wide), self.best.gather(1, positions))
+
+
+def top_k_probs(
+    logits: Tensor,
+    k: int,
+    *,
+    temperature: float = 1.0,
+    gumbel: Gumbel = None,
+    mask: Tensor | None = None,
+) -> TopK:
+    """:func:`to_probs` of ``logits`` ``[B, T, V]`` renormalised over its ``k`` most probable tokens, without the
+    dense softmax: the renormalised top-k of ``softmax(y)`` is ``softmax`` of the top-k of ``y`` (the
+    normaliser cancels), with ``y = logits / temperature`` or, for ``gumbel="soft"``, ``(logits + g) /
+    temperature`` with Gumbel noise ``g`` drawn exactly as ``F.gumbel_softmax`` draws it (same random
+    numbers for the same seed). Values and gradients equal ``to_probs`` followed by
+    :func:`expected_rows`' renormalisation (the gradient of the dropped entries is 0 in both).
+
+    ``mask`` ``[B, T]`` (True = real): positions outside it get a uniform distribution and no gradient,
+    whatever they hold (NaN or infinite logits included). At a real position, NaN, ``+inf`` or all
+    ``-inf`` logits give NaN probabilities (as the dense softmax does).
+    """
+    if gumbel not in (None, "soft"):
+        raise ValueError(f"top_k_probs takes gumbel=None or 'soft', got {gumbel!r}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if gumbel == "soft":
+        noise = -torch.empty_like(logits, memory_format=torch.legacy_contiguous_format).exponential_().log()
+        y = (logits + noise) / temperature
+    else:
+        y = logits / temperature
+    values, ids = y.topk(min(k, y.shape[-1]), dim=-1)
+    if mask is not None:
+        values = values.masked_fill(~mask.unsqueeze(-1), 0.0)
+    return TopK(ids, torch.softmax(values, dim=-1), y.detach().argmax(dim=-1))
+
+
+def expected_top_k(top: TopK, table: Tensor) -> Tensor:
+    """Expected rows ``Σ_j probs_j · table[index_j]``: ``[B, T, k]`` over ``[V, *feat]`` → ``[B, T, *feat]``.
+
+    Equals :func:`expected_rows` with ``top_k`` on the distribution ``top`` came from; an embedding bag, so
+    the ``[B, T, k, d]`` rows are never materialised (forward or backward).
+    """
+    probs = top.probs
+    if table.dim() == 1:
+        return (probs * table[top.ids].to(probs.dtype)).sum(dim=-1)
+    b, t, k = top.ids.shape
+    out = F.embedding_bag(
+        top.ids.reshape(-1, k), table.to(probs.dtype), per_sample_weights=probs.reshape(-1, k), mode="sum"
+    )
+    return out.view(b, t, table.shape[-1])
