@@ -12,7 +12,8 @@ autocast where the CPU has native bf16), backward, gradient clipping, Adam step.
     OMP_NUM_THREADS=1 python benchmarks/translation_arms.py --threads 1 --profile     # where the time goes
 
 ``--arms`` names the arms to time, each ``<arm>`` or ``<label>=<arm>:key=value,key=value`` (Stage2Config
-options for that arm only), e.g. ``--arms ce bertscore mrt mrt-bf16=mrt:scorer_dtype=bfloat16``.
+options for that arm only; ``module.<attr>=value`` sets an attribute of its ``FineTuner``), e.g. ``--arms ce
+bertscore mrt mrt-bf16=mrt:scorer_dtype=bfloat16 mrt-full=mrt:module.shared_encoder=false``.
 ``--profile`` adds a table per arm of where an update's time goes (sections timed by wrapping the
 library's and the generator's functions; backward split where the gradient reaches the CE logits).
 ``--warm-references`` encodes the timed batches' references before timing (a later epoch: every
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import statistics
@@ -93,6 +93,7 @@ class Sections:
 
 
 SECTIONS = Sections()
+CE_PASS = "generator forward (CE pass, with the CE loss)"
 
 
 def instrument() -> None:
@@ -125,7 +126,9 @@ def instrument() -> None:
 
     for mod in (risk_mod, bertscore_loss):
         s.wrap(mod, "sequence_log_probs", "log-prob pass: log-softmax + gather")
-    s.wrap(nmt, "label_smoothed_ce", "CE loss (label smoothed)")
+    s.wrap(nmt, "ce_pass", CE_PASS, opaque=True)
+    s.wrap(nmt, "candidate_log_probs", "samples' log-prob pass (decoder, output layer at real positions)")
+    s.wrap(nmt, "sample_log_probs", "samples' log-prob pass: which samples need one")
     for name in dir(risk_mod):  # helpers the fast paths may add to the risk module
         if name.startswith("shared_") and callable(getattr(risk_mod, name)):
             s.wrap(risk_mod, name, f"risk helper {name}")
@@ -135,13 +138,10 @@ def instrument_module(module: nmt.FineTuner) -> None:
     """Per-module wraps: the generator's calls, labelled by where they come from."""
     s = SECTIONS
 
-    def forward_name() -> str:
-        where = [entry[0] for entry in s.stack]
-        return "generator forward (CE pass)" if "CE pass" in where else "generator forward (samples' log-prob pass)"
-
-    s.wrap(module.model, "forward", forward_name)
+    s.wrap(module.model, "forward", "generator forward (samples' log-prob pass)")
     s.wrap(module.model, "generate", "sampling (generate, no grad)", opaque=True)
-    s.wrap(module, "ce", "CE pass")
+    if not hasattr(nmt, "ce_pass"):  # before the fast paths: the CE pass was Translator.ce
+        s.wrap(module, "ce", CE_PASS, opaque=True)
     s.wrap(module, "sample", "sampling: bookkeeping + detokenise")
     s.wrap(module.sp, "decode", "sampling: detokenise (spm)")
 
@@ -151,6 +151,7 @@ def instrument_module(module: nmt.FineTuner) -> None:
 class Arm:
     label: str
     cfg: recipe.Stage2Config
+    attrs: dict[str, Any]
     module: nmt.FineTuner
     optimizer: torch.optim.Optimizer
     seconds: list[float] = dataclasses.field(default_factory=list)
@@ -158,7 +159,8 @@ class Arm:
 
 
 def parse_arm(spec: str) -> tuple[str, str, dict[str, Any]]:
-    """``ce`` or ``label=arm:key=value,key=value`` → (label, arm, Stage2Config overrides)."""
+    """``ce`` or ``label=arm:key=value,key=value`` → (label, arm, overrides: Stage2Config options and
+    ``module.<attr>`` FineTuner attributes)."""
     import yaml
 
     label, sep, rest = spec.partition("=")
@@ -174,7 +176,9 @@ def parse_arm(spec: str) -> tuple[str, str, dict[str, Any]]:
     return label, arm, extra
 
 
-def build_arm(label: str, cfg: recipe.Stage2Config, model_dir: Path, train: nmt.PairData, val: nmt.PairData) -> Arm:
+def build_arm(
+    label: str, cfg: recipe.Stage2Config, attrs: dict[str, Any], model_dir: Path, train: nmt.PairData, val: nmt.PairData
+) -> Arm:
     """One arm's generator copy, losses (as ``recipe.stage2`` builds them), module and optimizer."""
     model, sp = recipe.load_model(model_dir)
     semantic, risk = _losses(cfg, model_dir, sp)
@@ -182,9 +186,13 @@ def build_arm(label: str, cfg: recipe.Stage2Config, model_dir: Path, train: nmt.
         model, sp, cfg.train, val, recipe.precision_of(cfg.precision), cfg.arm, semantic, risk, cfg.weight, cfg.samples
     )
     module.train_targets = train.tgt_text
+    for key, value in attrs.items():
+        if not hasattr(module, key):
+            raise SystemExit(f"--arms {label}: FineTuner has no attribute {key!r}")
+        setattr(module, key, value)
     model.train()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.train.lr, betas=tuple(cfg.train.betas))
-    return Arm(label, cfg, module, opt)
+    return Arm(label, cfg, attrs, module, opt)
 
 
 def _losses(cfg: recipe.Stage2Config, init: Path, sp: Any) -> tuple[Any, Any]:
@@ -197,7 +205,11 @@ def _losses(cfg: recipe.Stage2Config, init: Path, sp: Any) -> tuple[Any, Any]:
     if cfg.arm == "bertscore":
         bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
         loss = BERTScoreLoss(
-            scorer=scorer, bridge=bridge, max_mode=cfg.max_mode, temperature=cfg.temperature, top_k=cfg.top_k,
+            scorer=scorer,
+            bridge=bridge,
+            max_mode=cfg.max_mode,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
             gumbel=cfg.gumbel,
         )
         return loss, None
@@ -208,16 +220,17 @@ def update(arm: Arm, batch: dict, index: int, precision: str) -> float:
     """One optimizer update of ``arm`` on ``batch`` (as Lightning runs it); returns its seconds."""
     module, s = arm.module, SECTIONS
     marks: list[float] = []
-    ce = module.ce
+    owner, attr = (nmt, "ce_pass") if hasattr(nmt, "ce_pass") else (module, "ce")
+    ce = getattr(owner, attr)
 
-    def ce_with_mark(b: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        loss, logits = ce(b)
-        if logits.requires_grad:
-            logits.register_hook(lambda g: marks.append(time.perf_counter()) or g)
-        return loss, logits
+    def ce_with_mark(*args: Any) -> Any:
+        out = ce(*args)
+        if out[1].requires_grad:  # the CE logits: the backward is split where their gradient is complete
+            out[1].register_hook(lambda g: marks.append(time.perf_counter()) or g)
+        return out
 
-    before = module.__dict__.get("ce")
-    module.ce = ce_with_mark  # type: ignore[method-assign]
+    before = owner.__dict__.get(attr)
+    setattr(owner, attr, ce_with_mark)
     autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision.startswith("bf16"))
     t0 = time.perf_counter()
     with autocast:
@@ -231,9 +244,9 @@ def update(arm: Arm, batch: dict, index: int, precision: str) -> float:
         arm.optimizer.zero_grad(set_to_none=True)
     t3 = time.perf_counter()
     if before is None:
-        del module.ce
+        delattr(owner, attr)
     else:
-        module.ce = before
+        setattr(owner, attr, before)
     if s.enabled:
         mark = marks[0] if marks else t1
         s.add("backward: the arm's extra graph (until the CE logits' gradient)", mark - t1)
@@ -282,8 +295,10 @@ def main(argv: list[str] | None = None) -> None:
         instrument()
     arms = []
     for label, arm, extra in specs:
-        cfg = dataclasses.replace(base, arm=arm, **{**ARM_DEFAULTS.get(arm, {}), **extra})
-        arms.append(build_arm(label, cfg, model_dir, train, val))
+        attrs = {k.removeprefix("module."): v for k, v in extra.items() if k.startswith("module.")}
+        options = {k: v for k, v in extra.items() if not k.startswith("module.")}
+        cfg = dataclasses.replace(base, arm=arm, **{**ARM_DEFAULTS.get(arm, {}), **options})
+        arms.append(build_arm(label, cfg, attrs, model_dir, train, val))
         if args.profile:
             instrument_module(arms[-1].module)
     if args.warm_references:
@@ -307,8 +322,11 @@ def main(argv: list[str] | None = None) -> None:
                 a.seconds.append(seconds)
                 for name, v in SECTIONS.seconds.items():
                     a.profile[name] = a.profile.get(name, 0.0) + v
-        print(f"update {i}: " + ", ".join(f"{a.label} {a.seconds[-1] if a.seconds else float('nan'):.2f}s" for a in arms),
-              file=sys.stderr, flush=True)
+        print(
+            f"update {i}: " + ", ".join(f"{a.label} {a.seconds[-1] if a.seconds else float('nan'):.2f}s" for a in arms),
+            file=sys.stderr,
+            flush=True,
+        )
     ce = statistics.mean(arms[0].seconds)
     pairs = sum(len(b["index"]) for b in batches[args.skip :]) / (args.updates - args.skip)
     result = {
@@ -324,6 +342,7 @@ def main(argv: list[str] | None = None) -> None:
             a.label: {
                 "arm": a.cfg.arm,
                 "options": {k: v for k, v in dataclasses.asdict(a.cfg).items() if v != getattr(base, k, v)},
+                "module": a.attrs,
                 "seconds_per_update": statistics.mean(a.seconds),
                 "seconds": a.seconds,
                 "ratio_to_ce": statistics.mean(a.seconds) / ce,

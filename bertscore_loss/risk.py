@@ -55,6 +55,26 @@ def sequence_log_probs(logits: Tensor, labels: Tensor, *, ignore_index: int = -1
     return total / keep.sum(dim=1).clamp_min(1) if normalize else total
 
 
+def distinct_candidates(candidates: Sequence[Sequence[str]], k: int) -> Tensor:
+    """Bool ``[B, k]`` (CPU): True at the first occurrence of each distinct text of a row (whitespace
+    normalised), False at repeats and padding: the candidates :class:`MinimumRiskLoss` counts.
+
+    Only these need a log-probability, and only in rows with two or more of them: a row with one distinct
+    candidate has ``q = 1`` and no gradient, and a repeat has weight 0, whatever ``log_probs`` holds there.
+    """
+    present = torch.zeros(len(candidates), k, dtype=torch.bool)
+    for i, row in enumerate(candidates):
+        if isinstance(row, str) or len(row) > k:
+            raise ValueError(f"candidates[{i}] must be a list of at most k={k} strings")
+        seen: set[str] = set()
+        for j, text in enumerate(row):
+            key = " ".join(text.split())
+            if key not in seen:
+                seen.add(key)
+                present[i, j] = True
+    return present
+
+
 class MinimumRiskLoss(nn.Module):
     """Expected BERTScore risk of candidate lists; differentiable in their sequence log-probabilities.
 
@@ -113,7 +133,8 @@ class MinimumRiskLoss(nn.Module):
     ) -> Tensor:
         """Utility ``[B, k]`` (float32, CPU) of every candidate, NaN at padding: one
         :meth:`BERTScorer.score_groups` call for all rows (the engine the reranker uses)."""
-        values = getattr(self.scorer.score_groups(candidates, references), self.utility_name).float()
+        scores = self.scorer.score_groups(candidates, references, progress=False)  # a training step: no bar
+        values = getattr(scores, self.utility_name).float()
         out = torch.full((len(candidates), k), float("nan"))
         out[:, : values.shape[1]] = values
         return out
@@ -136,14 +157,7 @@ class MinimumRiskLoss(nn.Module):
         for i, row in enumerate(candidates):
             if isinstance(row, str) or len(row) > k or not all(isinstance(c, str) for c in row):
                 raise ValueError(f"candidates[{i}] must be a list of at most {k} strings")
-        present = torch.zeros(b, k, dtype=torch.bool)
-        for i, row in enumerate(candidates):
-            seen: set[str] = set()
-            for j, text in enumerate(row):
-                key = " ".join(text.split())
-                if key not in seen:
-                    seen.add(key)
-                    present[i, j] = True
+        present = distinct_candidates(candidates, k)
         if mask is not None:
             if mask.shape != (b, k):
                 raise ValueError(f"mask must be [batch, k] = {(b, k)}, got {tuple(mask.shape)}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from torch import Tensor
 
 from bertscore_loss import BERTScorer, VocabBridge
 from bertscore_loss.loss import BERTScoreLoss
@@ -209,3 +210,192 @@ def test_reference_cache_values_hits_and_autocast_keys(tiny_bert_dir):
     assert len(loss.reference_cache) == 6
     loss.double()  # a dtype change: a private copy of the encoder, and the cache is emptied
     assert len(loss.reference_cache) == 0
+
+
+# --- minimum-risk training: the shared-encoder log-probability pass ---------------------------------------
+def _nmt():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "examples" / "translation"
+    if "nmt" not in sys.modules:
+        sys.path.insert(0, str(folder))
+        spec = importlib.util.spec_from_file_location("nmt", folder / "nmt.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["nmt"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["nmt"]
+
+
+SOURCES = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest."]
+SAMPLES = [  # k = 4 per source: repeats, and a row whose samples are all one text (no gradient)
+    ["A man rides a bike.", "A man is riding a bike.", "A man rides a bike.", "A person cycles."],
+    ["Two dogs play in snow.", "Two dogs play in snow.", "Two dogs play in snow.", "Two dogs play in snow."],
+    ["A woman reads.", "A woman is reading a book.", "A lady reads.", "A woman reads."],
+]
+
+
+@pytest.fixture(scope="module")
+def marian(spm_model):
+    """A tiny Marian generator (no dropout: the fast and slow paths see the same function) and its batch."""
+    import sentencepiece as spm
+
+    nmt = _nmt()
+    sp = spm.SentencePieceProcessor(model_file=spm_model)
+    torch.manual_seed(0)
+    cfg = nmt.ModelConfig(d_model=16, layers=2, heads=2, ffn=32, dropout=0.0, attention_dropout=0.0)
+    model = nmt.build_model(cfg, sp.get_piece_size())
+    src = nmt.pad([ids + [nmt.EOS] for ids in sp.encode(SOURCES)])
+    tgt = nmt.pad([ids + [nmt.EOS] for ids in sp.encode(REFS)], -100)
+    batch = {"index": torch.arange(3), "input_ids": src, "attention_mask": src != nmt.PAD, "labels": tgt}
+    labels = nmt.pad([ids + [nmt.EOS] for row in SAMPLES for ids in sp.encode(row)], -100)
+    return nmt, sp, model, batch, labels
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def test_ce_pass_equals_the_model_called_with_labels(marian):
+    nmt, _, model, batch, _ = marian
+    model.zero_grad()
+    ce, logits, encoded = nmt.ce_pass(model, batch, 0.1)
+    ce.backward()
+    fast = _grads(model)
+    model.zero_grad()
+    full = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"])
+    slow = nmt.label_smoothed_ce(full.logits, batch["labels"], 0.1)
+    slow.backward()
+    torch.testing.assert_close(ce, slow, atol=1e-6, rtol=0)
+    torch.testing.assert_close(logits, full.logits, atol=1e-5, rtol=0)
+    torch.testing.assert_close(encoded.last_hidden_state, full.encoder_last_hidden_state, atol=1e-6, rtol=0)
+    for name, g in _grads(model).items():
+        torch.testing.assert_close(fast[name], g, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_candidate_log_probs_equal_the_full_model_values_and_gradients(marian):
+    from bertscore_loss import sequence_log_probs
+
+    nmt, _, model, batch, labels = marian
+    k = 4
+    weights = torch.randn(labels.shape[0])
+    model.zero_grad()
+    src = batch["input_ids"].repeat_interleave(k, 0)
+    full = model(input_ids=src, attention_mask=src != nmt.PAD, labels=labels).logits
+    slow = sequence_log_probs(full, labels)
+    (slow * weights).sum().backward()
+    g_slow = _grads(model)
+    model.zero_grad()
+    states = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    sources = torch.arange(labels.shape[0]) // k
+    fast = nmt.candidate_log_probs(model, states.last_hidden_state, batch["attention_mask"], sources, labels)
+    (fast * weights).sum().backward()
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-6)
+    g_fast = _grads(model)
+    assert g_fast.keys() == g_slow.keys() and any("encoder" in n for n in g_fast)
+    for name, g in g_slow.items():
+        torch.testing.assert_close(g_fast[name], g, atol=1e-6, rtol=1e-4, msg=name)
+    # a subset of the candidates (what sample_log_probs asks for) gives the same values for them
+    some = torch.tensor([0, 5, 11])
+    sub = nmt.candidate_log_probs(model, states.last_hidden_state, batch["attention_mask"], some // k, labels[some])
+    torch.testing.assert_close(sub.detach(), slow.detach()[some], atol=1e-5, rtol=1e-6)
+
+
+def test_distinct_candidates():
+    from bertscore_loss.risk import distinct_candidates
+
+    got = distinct_candidates([["a b", "a  b ", "c"], ["x"], []], 3)
+    assert got.tolist() == [[True, False, True], [True, False, False], [False, False, False]]
+    with pytest.raises(ValueError, match="at most k=2"):
+        distinct_candidates([["a", "b", "c"]], 2)
+
+
+def test_mrt_step_with_the_shared_encoder_equals_the_full_model_step(marian, scorer, monkeypatch):
+    """The whole training step (CE + λ·risk): loss and every parameter's gradient, fast vs slow path."""
+    from bertscore_loss import MinimumRiskLoss
+
+    nmt, sp, model, batch, labels = marian
+    val = nmt.PairData(sp, SOURCES, REFS, 32)
+    module = nmt.FineTuner(
+        model,
+        sp,
+        nmt.TrainConfig(),
+        val,
+        "32-true",
+        "mrt",
+        risk=MinimumRiskLoss(scorer=scorer, alpha=0.5),
+        weight=3.0,
+        samples=4,
+    )
+    module.train_targets = REFS
+    src = batch["input_ids"].repeat_interleave(4, 0)
+    monkeypatch.setattr(module, "sample", lambda b: (labels, SAMPLES, src))
+    monkeypatch.setattr(module, "log", lambda *a, **k: None)
+    results = []
+    for shared in (True, False):
+        module.shared_encoder = shared
+        model.zero_grad()
+        loss = module.training_step(batch, 0)
+        loss.backward()
+        results.append((loss.detach(), _grads(model)))
+    (l_fast, g_fast), (l_slow, g_slow) = results
+    torch.testing.assert_close(l_fast, l_slow, atol=1e-6, rtol=0)
+    assert g_fast.keys() == g_slow.keys()
+    for name, g in g_slow.items():
+        torch.testing.assert_close(g_fast[name], g, atol=1e-6, rtol=1e-4, msg=name)
+    # the risk's share of the gradient is not negligible in this comparison
+    model.zero_grad()
+    nmt.ce_pass(model, batch, module.cfg.label_smoothing)[0].backward()
+    ce_only = _grads(model)
+    assert max((g_slow[n] - ce_only[n]).abs().max() for n in g_slow) > 1e-4
+
+
+def test_inverse_cdf_sampler_draws_the_softmax_distribution():
+    nmt = _nmt()
+    scores = torch.tensor([[2.0, 0.0, float("-inf"), 1.0, -1.0], [0.0, 0.0, 0.0, 0.0, 5.0]])
+    probs = torch.softmax(scores, dim=-1).double()
+    torch.manual_seed(4)
+    out = nmt.InverseCDFSampler()(torch.zeros(2, 1, dtype=torch.long), scores)
+    assert ((out == 0).sum(1) == 1).all() and (out[out != 0] == float("-inf")).all()
+    torch.manual_seed(4)  # the same uniform numbers: the pick is the first token whose CDF exceeds u
+    u = torch.rand(2, 1, dtype=torch.float64)
+    expected = [int((probs[i].cumsum(0) > u[i]).nonzero()[0]) for i in range(2)]
+    assert out.argmax(1).tolist() == expected
+    torch.manual_seed(5)
+    n = 200_000
+    picks = nmt.InverseCDFSampler()(torch.zeros(n, 1, dtype=torch.long), scores[:1].expand(n, 5)).argmax(1)
+    freq = torch.bincount(picks, minlength=5).double() / n
+    assert freq[2] == 0  # probability 0 is never drawn
+    assert (freq - probs[0]).abs().max() < 4 * (probs[0] * (1 - probs[0]) / n).sqrt().max()
+
+
+def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypatch):
+    """Every step of FineTuner.sample (inverse CDF, encoder states repeated k times) saw the logits the model
+    gives the sampled prefix, teacher-forced from the sources, and picked the token it returned."""
+    nmt, sp, model, batch, _ = marian
+    val = nmt.PairData(sp, SOURCES, REFS, 32)
+    module = nmt.FineTuner(model, sp, nmt.TrainConfig(), val, "32-true", "mrt", samples=4)
+    seen: list[tuple[Tensor, Tensor]] = []
+
+    class Recording(nmt.InverseCDFSampler):
+        def __call__(self, input_ids, scores):
+            out = super().__call__(input_ids, scores)
+            seen.append((scores.clone(), out.argmax(1)))
+            return out
+
+    monkeypatch.setattr(nmt, "InverseCDFSampler", Recording)
+    torch.manual_seed(3)
+    labels, texts, src = module.sample(batch)
+    assert model.training and len(texts) == 3 and all(len(row) == 4 for row in texts)
+    assert torch.equal(src, batch["input_ids"].repeat_interleave(4, 0))
+    model.eval()
+    with torch.no_grad():
+        forced = model(input_ids=src, attention_mask=src != nmt.PAD, labels=labels).logits
+    model.train()
+    real = labels != -100
+    for t, (scores, pick) in enumerate(seen[: labels.shape[1]]):
+        rows = real[:, t]
+        torch.testing.assert_close(scores[rows], forced[rows, t], atol=1e-5, rtol=1e-5)
+        assert torch.equal(pick[rows], labels[rows, t])
+    assert texts[0][0] == sp.decode([t for t in labels[0].tolist() if t > nmt.EOS])

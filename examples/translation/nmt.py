@@ -406,6 +406,81 @@ class Translator(pl.LightningModule):
 ARMS = ("ce", "bertscore", "mrt")
 
 
+class InverseCDFSampler:
+    """A logits processor that samples: it returns 0 at one token per row and -inf elsewhere, the token drawn
+    from ``softmax(scores)`` by inverse-CDF sampling (one uniform number per row, the cumulative sum in
+    float64), so greedy search with it is ancestral sampling. A token of probability 0 is never drawn."""
+
+    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
+        scores = scores.float()
+        weights = torch.exp(scores - scores.max(dim=-1, keepdim=True).values).double()  # [N, V]
+        cdf = weights.cumsum(dim=-1)
+        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
+        pick = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
+        return torch.full_like(scores, float("-inf")).scatter_(1, pick, 0.0)
+
+
+def shift_right(labels: Tensor) -> Tensor:
+    """Decoder inputs ``[N, T]`` of ``labels`` (-100 = padding): BOS, then the labels but the last (as HF does)."""
+    out = labels.new_full(labels.shape, PAD)
+    out[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, PAD)
+    out[:, 0] = BOS
+    return out
+
+
+def ce_pass(model, batch: dict, smoothing: float) -> tuple[Tensor, Tensor, object]:
+    """Label-smoothed CE, logits ``[B, T, V]`` and the encoder output of a batch: ``Translator.ce`` keeping the
+    encoder output (its states ``[B, S, d]`` feed the samples' log-probability pass) and without the
+    unsmoothed loss a Hugging Face model computes when given ``labels=``."""
+    encoded = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = model(
+        attention_mask=batch["attention_mask"], encoder_outputs=encoded, decoder_input_ids=shift_right(batch["labels"])
+    )
+    return label_smoothed_ce(out.logits, batch["labels"], smoothing), out.logits, encoded
+
+
+def candidate_log_probs(model, states: Tensor, attention_mask: Tensor, sources: Tensor, labels: Tensor) -> Tensor:
+    """Log-probability ``[N]`` of each candidate ``labels`` ``[N, T]`` (-100 = padding) given the encoder states
+    ``states[sources]`` (``states`` ``[B, S, d]``, ``attention_mask`` ``[B, S]``, ``sources`` ``[N]``).
+
+    The decoder alone, on the labels' columns up to the longest candidate; the output layer and the
+    log-softmax only at real positions. Equals ``sequence_log_probs(model(input_ids=src[sources], ...,
+    labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the encoder
+    that made them) through ``sources`` (tests/test_fast_objectives.py).
+    """
+    keep = labels != -100
+    columns = keep.any(dim=0).nonzero()
+    width = int(columns.max()) + 1 if columns.numel() else 1
+    labels, keep = labels[:, :width], keep[:, :width]
+    hidden = model.base_model(
+        attention_mask=attention_mask[sources],
+        encoder_outputs=(states[sources],),
+        decoder_input_ids=shift_right(labels),
+    ).last_hidden_state  # [N, T, d]
+    logits = model.get_output_embeddings()(hidden[keep])  # [n, V]: real positions only
+    bias = getattr(model, "final_logits_bias", None)
+    if bias is not None:
+        logits = logits + bias
+    token = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[keep].unsqueeze(-1)).squeeze(-1)
+    return token.new_zeros(labels.shape[0]).index_add(0, keep.nonzero()[:, 0], token)
+
+
+def sample_log_probs(model, states: Tensor, attention_mask: Tensor, labels: Tensor, texts, k: int) -> Tensor:
+    """The log-probabilities ``[B, k]`` of ``k`` samples per source that ``MinimumRiskLoss`` uses: the distinct
+    samples of rows with two or more of them (:func:`bertscore_loss.risk.distinct_candidates`), computed by
+    :func:`candidate_log_probs` from the sources' encoder states ``[B, S, d]``; 0 elsewhere (a repeat or the
+    one candidate of a row has no effect on the risk's value or gradient, whatever its log-probability)."""
+    from bertscore_loss.risk import distinct_candidates
+
+    present = distinct_candidates(texts, k)
+    need = (present & (present.sum(dim=1, keepdim=True) > 1)).view(-1).to(labels.device)
+    rows = need.nonzero().squeeze(1)
+    lp = torch.zeros(need.numel(), device=labels.device)
+    if rows.numel():
+        lp = lp.index_put((rows,), candidate_log_probs(model, states, attention_mask, rows // k, labels[rows]))
+    return lp.view(len(texts), k)
+
+
 class FineTuner(Translator):
     """Stage 2: one arm of the comparison, from the stage-1 weights, with the same batches for every arm.
 
@@ -434,6 +509,10 @@ class FineTuner(Translator):
             raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
         self.arm, self.semantic, self.risk, self.weight, self.samples = arm, semantic, risk, weight, samples
         self.step_seconds: list[float] = []
+        # mrt: the samples' log-probabilities from the CE pass's encoder states and only where the risk needs
+        # them (sample_log_probs); False = the full model on every sample (the same values without dropout)
+        self.shared_encoder = True
+        self.sampler = "inverse_cdf"  # mrt: how FineTuner.sample draws ("inverse_cdf" or "multinomial")
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas))
@@ -450,19 +529,45 @@ class FineTuner(Translator):
         self.step_seconds.append(time.perf_counter() - self._step_t0)
 
     def sample(self, batch: dict) -> tuple[Tensor, list[list[str]], Tensor]:
-        """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources."""
+        """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources.
+
+        The generator samples in eval mode (no dropout), from the full softmax (temperature 1, no top-k).
+        ``sampler="inverse_cdf"`` (default): the encoder runs once over the ``B`` sources, its states are
+        repeated for the ``k`` samples, and each step draws one uniform number per row
+        (:class:`InverseCDFSampler`, inside greedy search); ``"multinomial"``: Hugging Face sampling
+        (``torch.multinomial`` draws one exponential number per vocabulary entry and row: on CPU that was
+        most of the sampling time). Both sample the same distribution, from different random streams.
+        """
+        from transformers import LogitsProcessorList
+        from transformers.modeling_outputs import BaseModelOutput
+
         k = self.samples
         self.model.eval()
+        steps = int(batch["input_ids"].shape[1] * 1.5) + 10
         with torch.no_grad():
-            gen = self.model.generate(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                do_sample=True,
-                top_k=0,
-                num_beams=1,
-                num_return_sequences=k,
-                max_new_tokens=int(batch["input_ids"].shape[1] * 1.5) + 10,
-            )
+            if self.sampler == "multinomial":
+                gen = self.model.generate(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    do_sample=True,
+                    top_k=0,
+                    num_beams=1,
+                    num_return_sequences=k,
+                    max_new_tokens=steps,
+                )
+            elif self.sampler == "inverse_cdf":
+                encoded = self.model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                states = encoded.last_hidden_state.repeat_interleave(k, 0)  # [B·k, S, d], as generate expands them
+                gen = self.model.generate(
+                    encoder_outputs=BaseModelOutput(last_hidden_state=states),
+                    attention_mask=batch["attention_mask"].repeat_interleave(k, 0),
+                    do_sample=False,
+                    num_beams=1,
+                    logits_processor=LogitsProcessorList([InverseCDFSampler()]),
+                    max_new_tokens=steps,
+                )
+            else:
+                raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {self.sampler!r}")
         self.model.train()
         labels = gen[:, 1:].clone()  # drop the decoder start token
         after_eos = (labels == EOS).long().cumsum(1) - (labels == EOS).long() > 0
@@ -476,7 +581,7 @@ class FineTuner(Translator):
         from bertscore_loss import sequence_log_probs
 
         n = batch["input_ids"].shape[0]
-        ce, logits = self.ce(batch)
+        ce, logits, encoded = ce_pass(self.model, batch, self.cfg.label_smoothing)
         loss = ce
         refs = [self.train_targets[i] for i in batch["index"].tolist()]
         if self.arm == "bertscore":
@@ -487,8 +592,13 @@ class FineTuner(Translator):
             self.log("train/bertscore_f", sem.f1.mean(), batch_size=n)
         elif self.arm == "mrt":
             labels, texts, src = self.sample(batch)
-            out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
-            lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
+            if self.shared_encoder:
+                # The CE pass's encoder states (with their gradient) serve the samples' decoder pass.
+                states = encoded.last_hidden_state
+                lp = sample_log_probs(self.model, states, batch["attention_mask"], labels, texts, self.samples)
+            else:
+                out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
+                lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
             risk = self.risk(lp, texts, refs)
             loss = ce + self.weight * risk.loss
             self.log("train/risk", risk.loss, batch_size=n)
