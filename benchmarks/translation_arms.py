@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import statistics
 import sys
@@ -82,6 +83,7 @@ class Sections:
         original = getattr(owner, attr)
         is_class = isinstance(owner, type)
 
+        @functools.wraps(original)  # keeps the signature (generate() inspects the model's forward)
         def timed(*args: Any, **kwargs: Any) -> Any:
             with self.section(name() if callable(name) else name, opaque):
                 return original(*args, **kwargs)
@@ -117,6 +119,9 @@ def instrument() -> None:
     for mod in (loss_mod, td_mod):
         s.wrap(mod, "to_probs", "soft inputs: softmax / Gumbel-softmax")
         s.wrap(mod, "expected_rows", "soft inputs: expected embeddings (top-k)")
+        s.wrap(mod, "top_k_probs", "soft inputs: top-k of the (Gumbel-perturbed) logits")
+        s.wrap(mod, "expected_top_k", "soft inputs: expected embeddings (top-k)")
+    s.wrap(td_mod, "gumbel_noise", "soft inputs: Gumbel noise")
     s.wrap(loss_mod, "bertscore", "loss: cosine + matching (soft / straight-through)")
     s.wrap(loss_mod.BERTScoreLoss, "frame", "loss: framing")
     s.wrap(loss_mod.BERTScoreLoss, "reference_inputs", "loss: references (cache or encode)")
@@ -201,7 +206,7 @@ def _losses(cfg: recipe.Stage2Config, init: Path, sp: Any) -> tuple[Any, Any]:
 
     if cfg.arm not in ("bertscore", "mrt"):
         return None, None
-    scorer = BERTScorer()
+    scorer = BERTScorer(dtype=nmt.scorer_dtype(getattr(cfg, "scorer_dtype", "float32")))
     if cfg.arm == "bertscore":
         bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
         loss = BERTScoreLoss(

@@ -48,6 +48,46 @@ def scorer(tiny_bert_dir):
     return BERTScorer(model=tiny_bert_dir, layer=2)
 
 
+def _torch_gumbel(shape, *, dtype=torch.float32, device=None):
+    """The noise F.gumbel_softmax draws (same random numbers for the same seed)."""
+    return -torch.empty(shape, dtype=dtype, device=device).exponential_().log()
+
+
+@pytest.fixture
+def same_noise(monkeypatch):
+    """The sparse path draws F.gumbel_softmax's noise, so both paths see the same Gumbel sample."""
+    import bertscore_loss.token_distributions as td
+
+    monkeypatch.setattr(td, "gumbel_noise", _torch_gumbel)
+
+
+def test_gumbel_noise_is_standard_gumbel_without_a_grid_in_its_tails():
+    import math
+
+    from bertscore_loss.token_distributions import gumbel_noise
+
+    torch.manual_seed(0)
+    n = 4_000_000
+    g = gumbel_noise((n,)).double()
+    assert g.dtype == torch.float64 and torch.isfinite(g).all()
+    x, _ = g.sort()
+    cdf = torch.exp(-torch.exp(-x))
+    ranks = torch.arange(1, n + 1, dtype=torch.float64) / n
+    ks = max(float((cdf - ranks).abs().max()), float((cdf - ranks + 1.0 / n).abs().max()))
+    assert ks < 1.95 / math.sqrt(n)  # Kolmogorov-Smirnov at the 0.1 % level
+    for above in (6.0, 8.0, 10.0):  # the upper tail (it decides a top-k)
+        p = 1 - math.exp(-math.exp(-above))
+        assert abs(int((g > above).sum()) - n * p) < 5 * math.sqrt(n * p)
+    for below in (-2.0, -2.3):
+        p = math.exp(-math.exp(-below))
+        assert abs(int((g < below).sum()) - n * p) < 5 * math.sqrt(n * p)
+    # float32 uniforms alone put the tails on a grid (steps >= 5e-4 above 9, >= 5e-5 below -2.2): here the
+    # closest distinct values are far closer than that
+    for tail, step in ((g[g > 9.0], 2e-4), (g[g < -2.2], 1e-5)):
+        gaps = tail.unique().diff()
+        assert tail.numel() > 300 and gaps[gaps > 0].min() < step / 10
+
+
 def _dense_top_k(logits, k, temperature, gumbel, seed):
     """The slow path: the dense distribution, then the top-k renormalisation of ``expected_rows``."""
     torch.manual_seed(seed)
@@ -58,7 +98,7 @@ def _dense_top_k(logits, k, temperature, gumbel, seed):
 
 @pytest.mark.parametrize("gumbel", [None, "soft"])
 @pytest.mark.parametrize("temperature", [1.0, 0.3])
-def test_top_k_probs_equal_the_renormalised_dense_distribution(gumbel, temperature):
+def test_top_k_probs_equal_the_renormalised_dense_distribution(gumbel, temperature, same_noise):
     g = torch.Generator().manual_seed(1)
     logits = (torch.randn(3, 5, 50, generator=g, dtype=torch.float64) * 2).requires_grad_(True)
     weights = torch.randn(3, 5, 7, dtype=torch.float64, generator=g)
@@ -130,7 +170,7 @@ def _generator_logits(sp, texts, vocab, seed=0, noise=3.0):
 
 @pytest.mark.parametrize("mode", ["retokenize", "mean"])
 @pytest.mark.parametrize("gumbel", [None, "soft"])
-def test_loss_sparse_path_equals_dense_path(scorer, spm_model, monkeypatch, mode, gumbel):
+def test_loss_sparse_path_equals_dense_path(scorer, spm_model, monkeypatch, same_noise, mode, gumbel):
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=spm_model)
@@ -399,3 +439,44 @@ def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypa
         torch.testing.assert_close(scores[rows], forced[rows, t], atol=1e-5, rtol=1e-5)
         assert torch.equal(pick[rows], labels[rows, t])
     assert texts[0][0] == sp.decode([t for t in labels[0].tolist() if t > nmt.EOS])
+
+
+def test_top_k_probs_reads_bf16_logits_as_float32(same_noise):
+    logits = (torch.randn(2, 3, 30) * 4).bfloat16()
+    for gumbel in (None, "soft"):
+        torch.manual_seed(9)
+        a = top_k_probs(logits, 5, gumbel=gumbel, temperature=0.5)
+        torch.manual_seed(9)
+        b = top_k_probs(logits.float(), 5, gumbel=gumbel, temperature=0.5)
+        assert a.probs.dtype == torch.float32
+        assert torch.equal(a.ids, b.ids) and torch.equal(a.best, b.best) and torch.equal(a.probs, b.probs)
+
+
+def test_math_attention_kernel_under_bf16_autocast_agrees_with_the_default(scorer, monkeypatch):
+    """The loss's encoder pass with gradient under bf16 autocast uses SDPA's math kernel; the values and the
+    gradient agree with the default kernel's to bf16 rounding, and fp32 passes are left alone."""
+    import contextlib
+
+    import bertscore_loss.loss as loss_mod
+
+    loss = BERTScoreLoss(scorer=scorer, top_k=8, reduction="none")
+    g = torch.Generator().manual_seed(6)
+    logits = torch.randn(3, 7, loss.encoder.vocab_size, generator=g) * 3
+    framed = torch.zeros(2, 3, 4, requires_grad=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not isinstance(loss_mod.attention_kernel(framed), contextlib.nullcontext)
+        with torch.no_grad():
+            assert isinstance(loss_mod.attention_kernel(framed), contextlib.nullcontext)
+    assert isinstance(loss_mod.attention_kernel(framed), contextlib.nullcontext)
+    runs = []
+    for kernel in ("math", "default"):
+        if kernel == "default":
+            monkeypatch.setattr(loss_mod, "attention_kernel", lambda x: contextlib.nullcontext())
+        x = logits.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = loss(x, REFS, torch.ones(3, 7, dtype=torch.bool))
+        (grad,) = torch.autograd.grad(out.loss.sum(), x)
+        runs.append((out.f1.float(), grad))
+    torch.testing.assert_close(runs[0][0], runs[1][0], atol=2e-2, rtol=0)
+    cos = torch.nn.functional.cosine_similarity(runs[0][1].flatten(), runs[1][1].flatten(), dim=0)
+    assert cos > 0.98

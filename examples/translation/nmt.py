@@ -205,6 +205,16 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def scorer_dtype(name: str) -> str:
+    """The frozen scorer's dtype for a ``scorer_dtype`` setting: ``auto`` = bfloat16 where the CPU has native
+    bf16 (AMX or AVX512-BF16: never assumed), else float32; ``float32``/``bfloat16`` as given."""
+    if name == "auto":
+        return "bfloat16" if cpu_has_native_bf16() else "float32"
+    if name not in ("float32", "bfloat16"):
+        raise ValueError(f"scorer_dtype must be 'float32', 'bfloat16' or 'auto', got {name!r}")
+    return name
+
+
 def cpu_label() -> str:
     """The CPU model and its bf16 flags, to label every recorded figure."""
     model, flags = "unknown CPU", set()
@@ -587,7 +597,8 @@ class FineTuner(Translator):
         if self.arm == "bertscore":
             labels = batch["labels"]
             words = (labels != -100) & (labels != EOS)
-            sem = self.semantic(logits.float(), refs, words)
+            # the sparse top-k path reads bf16 logits as they are (no [B, T, V] float32 copy); the dense one in fp32
+            sem = self.semantic(logits if self.semantic.sparse_inputs(logits) else logits.float(), refs, words)
             loss = ce + self.weight * sem.loss
             self.log("train/bertscore_f", sem.f1.mean(), batch_size=n)
         elif self.arm == "mrt":

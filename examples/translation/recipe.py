@@ -254,6 +254,9 @@ class Stage2Config:
     eval_limit: int | None = None  # first N lines of each evaluation set (smoke runs)
     beams: int = 5
     train: nmt.TrainConfig = field(default_factory=lambda: nmt.TrainConfig(lr=1e-4, warmup=50))
+    # The frozen scorer of the semantic arms: float32 (exact, as the reported F), bfloat16, or auto (bfloat16
+    # where the CPU has native bf16, else float32); docs/translation.md "Where the time goes" says what it changes.
+    scorer_dtype: str = "float32"
 
 
 def load_model(folder: Path):
@@ -293,7 +296,8 @@ def stage2(cfg: Stage2Config) -> dict:
     val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
     semantic = risk = None
     if cfg.arm in ("bertscore", "mrt"):
-        scorer = BERTScorer()  # bundled MiniLM, its default layer, fp32: the same settings as the reported F
+        # bundled MiniLM, its default layer, fp32 by default: the same settings as the reported F
+        scorer = BERTScorer(dtype=nmt.scorer_dtype(cfg.scorer_dtype))
         if cfg.arm == "bertscore":
             bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
             semantic = BERTScoreLoss(
