@@ -120,9 +120,11 @@ def top_k_probs(
         raise ValueError(f"temperature must be > 0, got {temperature}")
     wide = torch.promote_types(logits.dtype, torch.float32)  # bf16 logits: float32 noise and arithmetic
     if gumbel == "soft":
-        y = (logits + gumbel_noise(logits.shape, dtype=wide, device=logits.device)) / temperature
+        y = logits + gumbel_noise(logits.shape, dtype=wide, device=logits.device)
     else:
-        y = logits.to(wide) / temperature
+        y = logits.to(wide)
+    if temperature != 1.0:  # one [B, T, V] pass (and its backward) less at the default temperature
+        y = y / temperature
     values, ids = y.topk(min(k, y.shape[-1]), dim=-1)
     if mask is not None:
         values = values.masked_fill(~mask.unsqueeze(-1), 0.0)

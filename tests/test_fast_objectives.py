@@ -336,6 +336,11 @@ def test_candidate_log_probs_equal_the_full_model_values_and_gradients(marian):
     assert g_fast.keys() == g_slow.keys() and any("encoder" in n for n in g_fast)
     for name, g in g_slow.items():
         torch.testing.assert_close(g_fast[name], g, atol=1e-6, rtol=1e-4, msg=name)
+    # groups of a few rows each (sorted by length, each cut to its longest row): the same values
+    small = nmt.candidate_log_probs(
+        model, states.last_hidden_state, batch["attention_mask"], sources, labels, budget=20
+    )
+    torch.testing.assert_close(small.detach(), slow.detach(), atol=1e-5, rtol=1e-6)
     # a subset of the candidates (what sample_log_probs asks for) gives the same values for them
     some = torch.tensor([0, 5, 11])
     sub = nmt.candidate_log_probs(model, states.last_hidden_state, batch["attention_mask"], some // k, labels[some])
@@ -391,40 +396,44 @@ def test_mrt_step_with_the_shared_encoder_equals_the_full_model_step(marian, sco
     assert max((g_slow[n] - ce_only[n]).abs().max() for n in g_slow) > 1e-4
 
 
-def test_inverse_cdf_sampler_draws_the_softmax_distribution():
+def test_draw_tokens_is_inverse_cdf_sampling_of_the_softmax():
     nmt = _nmt()
-    scores = torch.tensor([[2.0, 0.0, float("-inf"), 1.0, -1.0], [0.0, 0.0, 0.0, 0.0, 5.0]])
-    probs = torch.softmax(scores, dim=-1).double()
+    g = torch.Generator().manual_seed(8)
+    logits = torch.randn(6, 300, generator=g) * 2
+    logits[:, 10:40] = float("-inf")
+    logits[1, 290] = 9.0  # mass in the last, partial block
     torch.manual_seed(4)
-    out = nmt.InverseCDFSampler()(torch.zeros(2, 1, dtype=torch.long), scores)
-    assert ((out == 0).sum(1) == 1).all() and (out[out != 0] == float("-inf")).all()
+    got = nmt.draw_tokens(logits, block=128)
     torch.manual_seed(4)  # the same uniform numbers: the pick is the first token whose CDF exceeds u
-    u = torch.rand(2, 1, dtype=torch.float64)
-    expected = [int((probs[i].cumsum(0) > u[i]).nonzero()[0]) for i in range(2)]
-    assert out.argmax(1).tolist() == expected
-    torch.manual_seed(5)
+    u = torch.rand(6, 1, dtype=torch.float64)
+    w = torch.exp(logits - logits.max(dim=-1, keepdim=True).values).double()
+    cdf = w.cumsum(-1)
+    expected = [int((cdf[i] > u[i] * cdf[i, -1]).nonzero()[0]) for i in range(6)]
+    assert got.tolist() == expected
     n = 200_000
-    picks = nmt.InverseCDFSampler()(torch.zeros(n, 1, dtype=torch.long), scores[:1].expand(n, 5)).argmax(1)
-    freq = torch.bincount(picks, minlength=5).double() / n
-    assert freq[2] == 0  # probability 0 is never drawn
-    assert (freq - probs[0]).abs().max() < 4 * (probs[0] * (1 - probs[0]) / n).sqrt().max()
+    probs = torch.softmax(logits[1].double(), dim=-1)
+    picks = nmt.draw_tokens(logits[1:2].expand(n, 300), block=128)
+    freq = torch.bincount(picks, minlength=300).double() / n
+    assert freq[10:40].sum() == 0  # probability 0 is never drawn
+    assert ((freq - probs).abs() <= 5 * (probs * (1 - probs) / n).sqrt() + 1e-6).all()
 
 
 def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypatch):
-    """Every step of FineTuner.sample (inverse CDF, encoder states repeated k times) saw the logits the model
-    gives the sampled prefix, teacher-forced from the sources, and picked the token it returned."""
+    """Every step of FineTuner.sample (the encoder once, its states repeated k times, finished rows leaving the
+    batch) drew from the logits the model gives the sampled prefix, teacher-forced from the sources, and
+    returned the token it drew."""
     nmt, sp, model, batch, _ = marian
     val = nmt.PairData(sp, SOURCES, REFS, 32)
     module = nmt.FineTuner(model, sp, nmt.TrainConfig(), val, "32-true", "mrt", samples=4)
     seen: list[tuple[Tensor, Tensor]] = []
+    draw = nmt.draw_tokens
 
-    class Recording(nmt.InverseCDFSampler):
-        def __call__(self, input_ids, scores):
-            out = super().__call__(input_ids, scores)
-            seen.append((scores.clone(), out.argmax(1)))
-            return out
+    def recording(logits, block=128):
+        out = draw(logits, block)
+        seen.append((logits.clone(), out))
+        return out
 
-    monkeypatch.setattr(nmt, "InverseCDFSampler", Recording)
+    monkeypatch.setattr(nmt, "draw_tokens", recording)
     torch.manual_seed(3)
     labels, texts, src = module.sample(batch)
     assert model.training and len(texts) == 3 and all(len(row) == 4 for row in texts)
@@ -433,12 +442,45 @@ def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypa
     with torch.no_grad():
         forced = model(input_ids=src, attention_mask=src != nmt.PAD, labels=labels).logits
     model.train()
-    real = labels != -100
-    for t, (scores, pick) in enumerate(seen[: labels.shape[1]]):
-        rows = real[:, t]
-        torch.testing.assert_close(scores[rows], forced[rows, t], atol=1e-5, rtol=1e-5)
-        assert torch.equal(pick[rows], labels[rows, t])
+    ended = torch.zeros(labels.shape[0], dtype=torch.bool)
+    assert len(seen) == labels.shape[1]
+    for t, (logits, pick) in enumerate(seen):
+        alive = (~ended).nonzero().squeeze(1)  # the rows still decoding at step t, in order
+        assert len(alive) == len(pick) and (labels[alive, t] != -100).all()
+        torch.testing.assert_close(logits, forced[alive, t], atol=1e-5, rtol=1e-5)
+        assert torch.equal(pick, labels[alive, t])
+        ended |= labels[:, t] == nmt.EOS
+    assert ended.all() or labels.shape[1] == int(batch["input_ids"].shape[1] * 1.5) + 10
     assert texts[0][0] == sp.decode([t for t in labels[0].tolist() if t > nmt.EOS])
+    module.sampler = "generate"  # the Hugging Face path still runs
+    labels2, texts2, _ = module.sample(batch)
+    assert len(texts2) == 3 and labels2.shape[0] == 12
+
+
+def test_label_log_probs_equals_log_softmax_values_and_gradients():
+    from bertscore_loss.risk import label_log_probs
+
+    g = torch.Generator().manual_seed(12)
+    hidden = torch.randn(37, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(50, 16, generator=g, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(1, 50, generator=g, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 50, (37,), generator=g)
+    probe = torch.randn(37, generator=g, dtype=torch.float64)
+    slow = torch.log_softmax(hidden @ weight.t() + bias, dim=-1).gather(1, labels.unsqueeze(1)).squeeze(1)
+    g_slow = torch.autograd.grad((slow * probe).sum(), (hidden, weight, bias))
+    fast = label_log_probs(hidden, weight, labels, bias, chunk_rows=8)
+    g_fast = torch.autograd.grad((fast * probe).sum(), (hidden, weight, bias))
+    torch.testing.assert_close(fast, slow.float(), atol=1e-6, rtol=1e-6)  # the softmax runs in float32
+    for a, b in zip(g_fast, g_slow):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    # under bf16 autocast the product runs in bf16, as the output layer's would
+    h32, w32 = hidden.detach().float(), weight.detach().float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        auto = label_log_probs(h32, w32, labels)
+        ref = torch.log_softmax(torch.nn.functional.linear(h32, w32).float(), -1).gather(1, labels[:, None])[:, 0]
+    torch.testing.assert_close(auto, ref, atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="labels must lie"):
+        label_log_probs(hidden, weight, labels + 50)
 
 
 def test_top_k_probs_reads_bf16_logits_as_float32(same_noise):

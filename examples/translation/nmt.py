@@ -416,18 +416,63 @@ class Translator(pl.LightningModule):
 ARMS = ("ce", "bertscore", "mrt")
 
 
-class InverseCDFSampler:
-    """A logits processor that samples: it returns 0 at one token per row and -inf elsewhere, the token drawn
-    from ``softmax(scores)`` by inverse-CDF sampling (one uniform number per row, the cumulative sum in
-    float64), so greedy search with it is ancestral sampling. A token of probability 0 is never drawn."""
+def draw_tokens(logits: Tensor, block: int = 128) -> Tensor:
+    """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` by inverse-CDF sampling: one
+    uniform number per row, the CDF over blocks of ``block`` tokens and then within the chosen block (sums
+    in float64), so a draw reads the logits twice (torch.multinomial draws V random numbers per row). A
+    token of probability 0 is never drawn."""
+    n, v = logits.shape
+    nb = -(-v // block)
+    weights = torch.exp(logits.float() - logits.float().max(dim=-1, keepdim=True).values)
+    weights = F.pad(weights, (0, nb * block - v)).view(n, nb, block)  # [N, blocks, block]
+    sums = weights.sum(dim=-1, dtype=torch.float64)  # [N, blocks]
+    cdf = sums.cumsum(dim=-1)
+    u = torch.rand(n, 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
+    b = torch.searchsorted(cdf, u, right=True).clamp_max(nb - 1)  # [N, 1]
+    rest = u - (cdf.gather(1, b) - sums.gather(1, b))
+    inside = weights.gather(1, b.unsqueeze(-1).expand(n, 1, block)).squeeze(1)  # [N, block]
+    j = torch.searchsorted(inside.double().cumsum(dim=-1), rest, right=True)
+    last = block - 1 - (inside > 0).flip(-1).long().argmax(dim=-1, keepdim=True)  # a rounding overshoot stays real
+    return (b * block + torch.minimum(j, last)).squeeze(1)
 
-    def __call__(self, input_ids: Tensor, scores: Tensor) -> Tensor:
-        scores = scores.float()
-        weights = torch.exp(scores - scores.max(dim=-1, keepdim=True).values).double()  # [N, V]
-        cdf = weights.cumsum(dim=-1)
-        u = torch.rand(cdf.shape[0], 1, dtype=torch.float64, device=cdf.device) * cdf[:, -1:]
-        pick = torch.searchsorted(cdf, u, right=True).clamp_max(cdf.shape[-1] - 1)
-        return torch.full_like(scores, float("-inf")).scatter_(1, pick, 0.0)
+
+@torch.no_grad()
+def sample_sequences(model, states: Tensor, attention_mask: Tensor, max_new_tokens: int) -> Tensor:
+    """Ancestral samples ``[N, 1 + steps]`` (BOS first, PAD after EOS) of the decoder given encoder states
+    ``[N, S, d]`` and their mask ``[N, S]``: the whole softmax (temperature 1), :func:`draw_tokens` at each
+    step. A finished row leaves the batch (its cache rows too), so a step costs what the unfinished rows
+    cost. Call it with the model in the mode to sample in (eval: no dropout)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    n = states.shape[0]
+    out = torch.full((n, max_new_tokens + 1), PAD, dtype=torch.long, device=states.device)
+    out[:, 0] = BOS
+    alive = torch.arange(n, device=states.device)
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    bias = getattr(model, "final_logits_bias", None)
+    tokens, steps = out[:, :1], 0
+    for t in range(max_new_tokens):
+        hidden = decoder(
+            input_ids=tokens,
+            encoder_hidden_states=states,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state[:, -1]
+        logits = head(hidden).float()
+        nxt = draw_tokens(logits + bias if bias is not None else logits)
+        out[alive, t + 1] = nxt
+        steps = t + 1
+        going = nxt != EOS
+        if not bool(going.any()):
+            break
+        if not bool(going.all()):
+            keep = going.nonzero().squeeze(1)
+            alive, states, attention_mask, nxt = alive[keep], states[keep], attention_mask[keep], nxt[keep]
+            cache.batch_select_indices(keep)
+        tokens = nxt.unsqueeze(1)
+    return out[:, : steps + 1]
 
 
 def shift_right(labels: Tensor) -> Tensor:
@@ -449,30 +494,48 @@ def ce_pass(model, batch: dict, smoothing: float) -> tuple[Tensor, Tensor, objec
     return label_smoothed_ce(out.logits, batch["labels"], smoothing), out.logits, encoded
 
 
-def candidate_log_probs(model, states: Tensor, attention_mask: Tensor, sources: Tensor, labels: Tensor) -> Tensor:
+def candidate_log_probs(
+    model, states: Tensor, attention_mask: Tensor, sources: Tensor, labels: Tensor, *, budget: int = 8192
+) -> Tensor:
     """Log-probability ``[N]`` of each candidate ``labels`` ``[N, T]`` (-100 = padding) given the encoder states
     ``states[sources]`` (``states`` ``[B, S, d]``, ``attention_mask`` ``[B, S]``, ``sources`` ``[N]``).
 
-    The decoder alone, on the labels' columns up to the longest candidate; the output layer and the
-    log-softmax only at real positions. Equals ``sequence_log_probs(model(input_ids=src[sources], ...,
-    labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the encoder
-    that made them) through ``sources`` (tests/test_fast_objectives.py).
+    The decoder alone, on the candidates sorted by length in groups of at most ``budget`` padded tokens
+    (each group cut to its longest candidate), then the output layer and log-softmax at real positions only
+    (``bertscore_loss.risk.label_log_probs``). Equals ``sequence_log_probs(model(input_ids=src[sources],
+    ..., labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the
+    encoder that made them) through ``sources`` (tests/test_fast_objectives.py).
     """
+    from bertscore_loss.risk import label_log_probs
+
+    if labels.shape[0] == 0:
+        return torch.zeros(0, device=labels.device)
     keep = labels != -100
-    columns = keep.any(dim=0).nonzero()
-    width = int(columns.max()) + 1 if columns.numel() else 1
-    labels, keep = labels[:, :width], keep[:, :width]
-    hidden = model.base_model(
-        attention_mask=attention_mask[sources],
-        encoder_outputs=(states[sources],),
-        decoder_input_ids=shift_right(labels),
-    ).last_hidden_state  # [N, T, d]
-    logits = model.get_output_embeddings()(hidden[keep])  # [n, V]: real positions only
+    position = torch.arange(labels.shape[1], device=labels.device)
+    lengths = torch.where(keep, position + 1, 0).amax(dim=1) if labels.shape[1] else keep.sum(dim=1)
+    order = torch.argsort(lengths, stable=True)
+    hidden, targets, owners = [], [], []
+    start = 0
+    while start < len(order):
+        stop = start + 1
+        while stop < len(order) and int(lengths[order[stop]]) * (stop + 1 - start) <= budget:
+            stop += 1
+        rows = order[start:stop]
+        width = max(int(lengths[rows].max()), 1)
+        part = labels[rows, :width]
+        real = part != -100
+        out = model.base_model(
+            attention_mask=attention_mask[sources[rows]],
+            encoder_outputs=(states[sources[rows]],),
+            decoder_input_ids=shift_right(part),
+        ).last_hidden_state  # [rows, width, d]
+        hidden.append(out[real])
+        targets.append(part[real])
+        owners.append(rows.repeat_interleave(real.sum(dim=1)))
+        start = stop
     bias = getattr(model, "final_logits_bias", None)
-    if bias is not None:
-        logits = logits + bias
-    token = torch.log_softmax(logits.float(), dim=-1).gather(-1, labels[keep].unsqueeze(-1)).squeeze(-1)
-    return token.new_zeros(labels.shape[0]).index_add(0, keep.nonzero()[:, 0], token)
+    token = label_log_probs(torch.cat(hidden), model.get_output_embeddings().weight, torch.cat(targets), bias)
+    return token.new_zeros(labels.shape[0]).index_add(0, torch.cat(owners), token)
 
 
 def sample_log_probs(model, states: Tensor, attention_mask: Tensor, labels: Tensor, texts, k: int) -> Tensor:
@@ -522,7 +585,7 @@ class FineTuner(Translator):
         # mrt: the samples' log-probabilities from the CE pass's encoder states and only where the risk needs
         # them (sample_log_probs); False = the full model on every sample (the same values without dropout)
         self.shared_encoder = True
-        self.sampler = "inverse_cdf"  # mrt: how FineTuner.sample draws ("inverse_cdf" or "multinomial")
+        self.sampler = "loop"  # mrt: how FineTuner.sample draws ("loop": sample_sequences, or "generate")
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas))
@@ -542,20 +605,17 @@ class FineTuner(Translator):
         """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources.
 
         The generator samples in eval mode (no dropout), from the full softmax (temperature 1, no top-k).
-        ``sampler="inverse_cdf"`` (default): the encoder runs once over the ``B`` sources, its states are
-        repeated for the ``k`` samples, and each step draws one uniform number per row
-        (:class:`InverseCDFSampler`, inside greedy search); ``"multinomial"``: Hugging Face sampling
-        (``torch.multinomial`` draws one exponential number per vocabulary entry and row: on CPU that was
-        most of the sampling time). Both sample the same distribution, from different random streams.
+        ``sampler="loop"`` (default): the encoder runs once over the ``B`` sources, its states are repeated
+        for the ``k`` samples, and :func:`sample_sequences` decodes (one uniform number per row and step,
+        finished rows leave the batch); ``"generate"``: Hugging Face sampling (``torch.multinomial`` draws
+        one random number per vocabulary entry, row and step: on CPU that was most of the sampling time).
+        Both sample the same distribution, from different random streams.
         """
-        from transformers import LogitsProcessorList
-        from transformers.modeling_outputs import BaseModelOutput
-
         k = self.samples
         self.model.eval()
         steps = int(batch["input_ids"].shape[1] * 1.5) + 10
         with torch.no_grad():
-            if self.sampler == "multinomial":
+            if self.sampler == "generate":
                 gen = self.model.generate(
                     input_ids=batch["input_ids"],
                     attention_mask=batch["attention_mask"],
@@ -565,19 +625,12 @@ class FineTuner(Translator):
                     num_return_sequences=k,
                     max_new_tokens=steps,
                 )
-            elif self.sampler == "inverse_cdf":
+            elif self.sampler == "loop":
                 encoded = self.model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
                 states = encoded.last_hidden_state.repeat_interleave(k, 0)  # [B·k, S, d], as generate expands them
-                gen = self.model.generate(
-                    encoder_outputs=BaseModelOutput(last_hidden_state=states),
-                    attention_mask=batch["attention_mask"].repeat_interleave(k, 0),
-                    do_sample=False,
-                    num_beams=1,
-                    logits_processor=LogitsProcessorList([InverseCDFSampler()]),
-                    max_new_tokens=steps,
-                )
+                gen = sample_sequences(self.model, states, batch["attention_mask"].repeat_interleave(k, 0), steps)
             else:
-                raise ValueError(f"sampler must be 'inverse_cdf' or 'multinomial', got {self.sampler!r}")
+                raise ValueError(f"sampler must be 'loop' or 'generate', got {self.sampler!r}")
         self.model.train()
         labels = gen[:, 1:].clone()  # drop the decoder start token
         after_eos = (labels == EOS).long().cumsum(1) - (labels == EOS).long() > 0
