@@ -418,22 +418,26 @@ def test_draw_tokens_is_inverse_cdf_sampling_of_the_softmax():
     assert ((freq - probs).abs() <= 5 * (probs * (1 - probs) / n).sqrt() + 1e-6).all()
 
 
-def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypatch):
+@pytest.mark.parametrize("compact", [0.0, 0.125, 0.5])
+def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypatch, compact):
     """Every step of FineTuner.sample (the encoder once, its states repeated k times, finished rows leaving the
-    batch) drew from the logits the model gives the sampled prefix, teacher-forced from the sources, and
-    returned the token it drew."""
+    batch once they are a ``compact`` share of it) drew from the logits the model gives the sampled prefix,
+    teacher-forced from the sources, and returned the token it drew."""
+    import functools
+
     nmt, sp, model, batch, _ = marian
     val = nmt.PairData(sp, SOURCES, REFS, 32)
     module = nmt.FineTuner(model, sp, nmt.TrainConfig(), val, "32-true", "mrt", samples=4)
     seen: list[tuple[Tensor, Tensor]] = []
     draw = nmt.draw_tokens
 
-    def recording(logits, block=128):
+    def recording(logits, block=None):
         out = draw(logits, block)
         seen.append((logits.clone(), out))
         return out
 
     monkeypatch.setattr(nmt, "draw_tokens", recording)
+    monkeypatch.setattr(nmt, "sample_sequences", functools.partial(nmt.sample_sequences, compact=compact))
     torch.manual_seed(3)
     labels, texts, src = module.sample(batch)
     assert model.training and len(texts) == 3 and all(len(row) == 4 for row in texts)
@@ -442,19 +446,23 @@ def test_sample_draws_from_the_models_conditional_distributions(marian, monkeypa
     with torch.no_grad():
         forced = model(input_ids=src, attention_mask=src != nmt.PAD, labels=labels).logits
     model.train()
-    ended = torch.zeros(labels.shape[0], dtype=torch.bool)
+    rows = torch.arange(labels.shape[0])  # the batch rows of each step, as sample_sequences keeps them
+    done = torch.zeros(labels.shape[0], dtype=torch.bool)
     assert len(seen) == labels.shape[1]
     for t, (logits, pick) in enumerate(seen):
-        alive = (~ended).nonzero().squeeze(1)  # the rows still decoding at step t, in order
-        assert len(alive) == len(pick) and (labels[alive, t] != -100).all()
-        torch.testing.assert_close(logits, forced[alive, t], atol=1e-5, rtol=1e-5)
-        assert torch.equal(pick, labels[alive, t])
-        ended |= labels[:, t] == nmt.EOS
-    assert ended.all() or labels.shape[1] == int(batch["input_ids"].shape[1] * 1.5) + 10
+        assert len(pick) == len(rows)
+        live = ~done
+        assert (labels[rows[live], t] != -100).all() and (labels[rows[done], t] == -100).all()
+        torch.testing.assert_close(logits[live], forced[rows[live], t], atol=1e-5, rtol=1e-5)
+        assert torch.equal(pick[live], labels[rows[live], t])
+        done = done | (labels[rows, t] == nmt.EOS)
+        if done.float().mean() >= compact:
+            rows, done = rows[~done], done[~done]
     assert texts[0][0] == sp.decode([t for t in labels[0].tolist() if t > nmt.EOS])
-    module.sampler = "generate"  # the Hugging Face path still runs
-    labels2, texts2, _ = module.sample(batch)
-    assert len(texts2) == 3 and labels2.shape[0] == 12
+    if compact == 0.0:
+        module.sampler = "generate"  # the Hugging Face path still runs
+        labels2, texts2, _ = module.sample(batch)
+        assert len(texts2) == 3 and labels2.shape[0] == 12
 
 
 def test_label_log_probs_equals_log_softmax_values_and_gradients():

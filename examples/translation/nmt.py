@@ -416,15 +416,19 @@ class Translator(pl.LightningModule):
 ARMS = ("ce", "bertscore", "mrt")
 
 
-def draw_tokens(logits: Tensor, block: int = 128) -> Tensor:
+def draw_tokens(logits: Tensor, block: int | None = None) -> Tensor:
     """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` by inverse-CDF sampling: one
-    uniform number per row, the CDF over blocks of ``block`` tokens and then within the chosen block (sums
-    in float64), so a draw reads the logits twice (torch.multinomial draws V random numbers per row). A
-    token of probability 0 is never drawn."""
+    uniform number per row, the CDF over blocks of ``block`` tokens (None: a divisor of V near √V) and then
+    within the chosen block (sums in float64), so a draw reads the logits twice (torch.multinomial draws V
+    random numbers per row). A token of probability 0 is never drawn."""
     n, v = logits.shape
+    block = block or _block_size(v)
     nb = -(-v // block)
-    weights = torch.exp(logits.float() - logits.float().max(dim=-1, keepdim=True).values)
-    weights = F.pad(weights, (0, nb * block - v)).view(n, nb, block)  # [N, blocks, block]
+    logits = logits.float()
+    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    if nb * block != v:
+        weights = F.pad(weights, (0, nb * block - v))
+    weights = weights.view(n, nb, block)  # [N, blocks, block]
     sums = weights.sum(dim=-1, dtype=torch.float64)  # [N, blocks]
     cdf = sums.cumsum(dim=-1)
     u = torch.rand(n, 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
@@ -436,18 +440,31 @@ def draw_tokens(logits: Tensor, block: int = 128) -> Tensor:
     return (b * block + torch.minimum(j, last)).squeeze(1)
 
 
+def _block_size(v: int) -> int:
+    """A divisor of ``v`` between √v/2 and 2√v (no padding per draw), else ⌈√v⌉."""
+    root = max(int(v**0.5), 1)
+    for d in sorted(range(max(root // 2, 1), 2 * root + 1), key=lambda d: abs(d - root)):
+        if v % d == 0:
+            return d
+    return root + 1
+
+
 @torch.no_grad()
-def sample_sequences(model, states: Tensor, attention_mask: Tensor, max_new_tokens: int) -> Tensor:
+def sample_sequences(
+    model, states: Tensor, attention_mask: Tensor, max_new_tokens: int, *, compact: float = 0.125
+) -> Tensor:
     """Ancestral samples ``[N, 1 + steps]`` (BOS first, PAD after EOS) of the decoder given encoder states
     ``[N, S, d]`` and their mask ``[N, S]``: the whole softmax (temperature 1), :func:`draw_tokens` at each
-    step. A finished row leaves the batch (its cache rows too), so a step costs what the unfinished rows
-    cost. Call it with the model in the mode to sample in (eval: no dropout)."""
+    step. Finished rows leave the batch (their cache rows too) once they are a ``compact`` share of it, so a
+    step costs about what the unfinished rows cost. Call it with the model in the mode to sample in (eval:
+    no dropout)."""
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
     n = states.shape[0]
     out = torch.full((n, max_new_tokens + 1), PAD, dtype=torch.long, device=states.device)
     out[:, 0] = BOS
-    alive = torch.arange(n, device=states.device)
+    rows = torch.arange(n, device=states.device)  # the output row of each batch row
+    done = torch.zeros(n, dtype=torch.bool, device=states.device)
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     bias = getattr(model, "final_logits_bias", None)
@@ -462,14 +479,16 @@ def sample_sequences(model, states: Tensor, attention_mask: Tensor, max_new_toke
         ).last_hidden_state[:, -1]
         logits = head(hidden).float()
         nxt = draw_tokens(logits + bias if bias is not None else logits)
-        out[alive, t + 1] = nxt
+        nxt = nxt.masked_fill(done, PAD)  # rows finished earlier (not yet compacted) get padding
+        out[rows, t + 1] = nxt
         steps = t + 1
-        going = nxt != EOS
-        if not bool(going.any()):
+        done |= nxt == EOS
+        if bool(done.all()):
             break
-        if not bool(going.all()):
-            keep = going.nonzero().squeeze(1)
-            alive, states, attention_mask, nxt = alive[keep], states[keep], attention_mask[keep], nxt[keep]
+        if float(done.float().mean()) >= compact:
+            keep = (~done).nonzero().squeeze(1)
+            rows, states, attention_mask, nxt = rows[keep], states[keep], attention_mask[keep], nxt[keep]
+            done = done[keep]
             cache.batch_select_indices(keep)
         tokens = nxt.unsqueeze(1)
     return out[:, : steps + 1]
