@@ -120,6 +120,7 @@ def instrument() -> None:
     s.wrap(pipeline_mod.ScoringPlan, "embed", "scorer embeddings: bookkeeping, cache")
     s.wrap(risk_mod.MinimumRiskLoss, "utilities", "risk: scoring call bookkeeping")
     s.wrap(risk_mod.MinimumRiskLoss, "forward", "risk: expected risk")
+    s.wrap(risk_mod, "label_log_probs", "samples' log-prob pass: output layer + log-softmax (fused)")
     for mod in (loss_mod, td_mod):
         s.wrap(mod, "to_probs", "soft inputs: softmax / Gumbel-softmax")
         s.wrap(mod, "expected_rows", "soft inputs: expected embeddings (top-k)")
@@ -136,7 +137,7 @@ def instrument() -> None:
     for mod in (risk_mod, bertscore_loss):
         s.wrap(mod, "sequence_log_probs", "log-prob pass: log-softmax + gather")
     s.wrap(nmt, "ce_pass", CE_PASS, opaque=True)
-    s.wrap(nmt, "candidate_log_probs", "samples' log-prob pass (decoder, output layer at real positions)")
+    s.wrap(nmt, "candidate_log_probs", "samples' log-prob pass: decoder")
     s.wrap(nmt, "sample_log_probs", "samples' log-prob pass: which samples need one")
     s.wrap(nmt, "sample_sequences", "sampling (decoder loop, no grad)", opaque=True)
     for name in dir(risk_mod):  # helpers the fast paths may add to the risk module

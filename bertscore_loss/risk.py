@@ -85,9 +85,11 @@ class _LabelLogProbs(torch.autograd.Function):
             e = s + ctx.chunk
             z = _logits(h[s:e], w, bias if ctx.has_bias else None)
             g = grad[s:e].float().unsqueeze(1)
-            gz = torch.exp(z.sub_(lse[s:e].unsqueeze(1))).mul_(-g)  # d/dz of log p(label) = onehot - softmax
-            gz.scatter_add_(1, labels[s:e].unsqueeze(1), g)
-            low = gz.to(ctx.dtype)
+            lab = labels[s:e].unsqueeze(1)
+            p = torch.exp(z.sub_(lse[s:e].unsqueeze(1)))  # softmax
+            gz = p.mul_(-g)  # d/dz of log p(label) = onehot - softmax, times the incoming gradient
+            gz.scatter_add_(1, lab, g)
+            low = gz.to(ctx.dtype)  # rounded once per entry, as the output layer's backward would
             if grad_h is not None:
                 grad_h[s:e] = (low @ w).to(hidden.dtype)
             if grad_w is not None:
@@ -135,6 +137,8 @@ def label_log_probs(
     kind = hidden.device.type
     dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
     flat_bias = bias.reshape(-1) if bias is not None else None
+    if flat_bias is not None and not flat_bias.requires_grad and not bool(flat_bias.any()):
+        flat_bias = None  # a constant zero bias (Marian's final_logits_bias): two [n, V] passes less
     with torch.autocast(kind, enabled=False):
         out = _LabelLogProbs.apply(hidden, weight, flat_bias, labels, max(int(chunk_rows), 1), dtype)
     return out

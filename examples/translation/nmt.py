@@ -417,15 +417,15 @@ ARMS = ("ce", "bertscore", "mrt")
 
 
 def draw_tokens(logits: Tensor, block: int | None = None) -> Tensor:
-    """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` by inverse-CDF sampling: one
-    uniform number per row, the CDF over blocks of ``block`` tokens (None: a divisor of V near √V) and then
-    within the chosen block (sums in float64), so a draw reads the logits twice (torch.multinomial draws V
-    random numbers per row). A token of probability 0 is never drawn."""
+    """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` (computed in float32 whatever
+    the logits' dtype) by inverse-CDF sampling: one uniform number per row, the CDF over blocks of ``block``
+    tokens (None: a divisor of V near √V) and then within the chosen block (sums in float64), so a draw
+    costs the softmax and one more pass (torch.multinomial draws V random numbers per row). A token of
+    probability 0 is never drawn."""
     n, v = logits.shape
     block = block or _block_size(v)
     nb = -(-v // block)
-    logits = logits.float()
-    weights = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    weights = torch.softmax(logits, dim=-1, dtype=torch.float32)
     if nb * block != v:
         weights = F.pad(weights, (0, nb * block - v))
     weights = weights.view(n, nb, block)  # [N, blocks, block]
@@ -468,6 +468,7 @@ def sample_sequences(
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
     decoder, head = model.get_decoder(), model.get_output_embeddings()
     bias = getattr(model, "final_logits_bias", None)
+    bias = bias if bias is not None and bool(bias.any()) else None  # Marian's stays 0: one [N, V] pass less
     tokens, steps = out[:, :1], 0
     for t in range(max_new_tokens):
         hidden = decoder(
@@ -477,8 +478,8 @@ def sample_sequences(
             cache=cache,
             use_cache=True,
         ).last_hidden_state[:, -1]
-        logits = head(hidden).float()
-        nxt = draw_tokens(logits + bias if bias is not None else logits)
+        logits = head(hidden)  # [N, V], bf16 under autocast: draw_tokens' softmax reads it as float32
+        nxt = draw_tokens(logits.float() + bias if bias is not None else logits)
         nxt = nxt.masked_fill(done, PAD)  # rows finished earlier (not yet compacted) get padding
         out[rows, t + 1] = nxt
         steps = t + 1
