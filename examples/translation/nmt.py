@@ -7,6 +7,7 @@ token-budget batches, inverse-square-root learning rate).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -419,8 +420,8 @@ ARMS = ("ce", "bertscore", "mrt")
 def draw_tokens(logits: Tensor, block: int | None = None) -> Tensor:
     """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` (computed in float32 whatever
     the logits' dtype) by inverse-CDF sampling: one uniform number per row, the CDF over blocks of ``block``
-    tokens (None: a divisor of V near √V) and then within the chosen block (sums in float64), so a draw
-    costs the softmax and one more pass (torch.multinomial draws V random numbers per row). A token of
+    tokens (None: a divisor of V near √V) and then within the chosen block (cumulative sums in float64), so a
+    draw costs the softmax and one more pass (torch.multinomial draws V random numbers per row). A token of
     probability 0 is never drawn."""
     n, v = logits.shape
     block = block or _block_size(v)
@@ -429,7 +430,7 @@ def draw_tokens(logits: Tensor, block: int | None = None) -> Tensor:
     if nb * block != v:
         weights = F.pad(weights, (0, nb * block - v))
     weights = weights.view(n, nb, block)  # [N, blocks, block]
-    sums = weights.sum(dim=-1, dtype=torch.float64)  # [N, blocks]
+    sums = weights.sum(dim=-1).double()  # [N, blocks] (a float64 sum would first copy all of weights to float64)
     cdf = sums.cumsum(dim=-1)
     u = torch.rand(n, 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
     b = torch.searchsorted(cdf, u, right=True).clamp_max(nb - 1)  # [N, 1]
@@ -493,6 +494,26 @@ def sample_sequences(
             cache.batch_select_indices(keep)
         tokens = nxt.unsqueeze(1)
     return out[:, : steps + 1]
+
+
+@contextlib.contextmanager
+def decoder_dropout(model, on: bool) -> Iterator[None]:
+    """With ``on=False``: the decoder in eval mode (no dropout) and SDPA's math attention kernel (the fused
+    CPU kernel's backward is slow in bf16) for the duration; the model's modes are restored after."""
+    if on:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    decoder = model.get_decoder()
+    modes = {m: m.training for m in decoder.modules()}
+    decoder.eval()
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
 
 
 def shift_right(labels: Tensor) -> Tensor:
@@ -606,6 +627,8 @@ class FineTuner(Translator):
         # them (sample_log_probs); False = the full model on every sample (the same values without dropout)
         self.shared_encoder = True
         self.sampler = "loop"  # mrt: how FineTuner.sample draws ("loop": sample_sequences, or "generate")
+        # mrt: dropout in the samples' decoder pass (True, as the CE pass); False: the decoder without dropout there
+        self.log_prob_dropout = True
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas))
@@ -679,7 +702,8 @@ class FineTuner(Translator):
             if self.shared_encoder:
                 # The CE pass's encoder states (with their gradient) serve the samples' decoder pass.
                 states = encoded.last_hidden_state
-                lp = sample_log_probs(self.model, states, batch["attention_mask"], labels, texts, self.samples)
+                with decoder_dropout(self.model, self.log_prob_dropout):
+                    lp = sample_log_probs(self.model, states, batch["attention_mask"], labels, texts, self.samples)
             else:
                 out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
                 lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
