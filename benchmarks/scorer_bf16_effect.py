@@ -30,6 +30,10 @@ import nmt  # noqa: E402
 import recipe  # noqa: E402
 
 
+def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float(torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default=str(ROOT / "configs" / "translation" / "stage2.yaml"))
@@ -54,8 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     bridge = VocabBridge(model_dir / "spm.model", scorers["float32"].encoder, vocab_size=sp.get_piece_size())
     losses = {
         name: BERTScoreLoss(
-            scorer=s, bridge=bridge, max_mode=cfg.max_mode, temperature=cfg.temperature, top_k=cfg.top_k,
-            gumbel=cfg.gumbel, reduction="none",
+            scorer=s,
+            bridge=bridge,
+            max_mode=cfg.max_mode,
+            temperature=cfg.temperature,
+            top_k=cfg.top_k,
+            gumbel=cfg.gumbel,
+            reduction="none",
         )
         for name, s in scorers.items()
     }
@@ -85,11 +94,11 @@ def main(argv: list[str] | None = None) -> None:
         real = ~torch.isnan(u32)
         f_diff.append((u32 - u16)[real].abs())
         risk_diff.append(float((out["float32"][1] - out["bfloat16"][1]).abs()))
-        grad_cos.append(float(torch.nn.functional.cosine_similarity(out["float32"][2].flatten(), out["bfloat16"][2].flatten(), dim=0)))
+        grad_cos.append(cosine(out["float32"][2], out["bfloat16"][2]))
         rank_same.append(float((u32.nan_to_num(-1).argmax(1) == u16.nan_to_num(-1).argmax(1)).double().mean()))
         model.eval()
         with torch.no_grad(), autocast:
-            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).logits
+            logits = nmt.ce_pass(model, batch, 0.0)[1]
         model.train()
         labels = batch["labels"]
         words = (labels != -100) & (labels != nmt.EOS)
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
             o.loss.sum().backward()
             res2[name] = (o.f1.detach().float(), x.grad)
         bs_f_diff.append((res2["float32"][0] - res2["bfloat16"][0]).abs())
-        bs_grad_cos.append(float(torch.nn.functional.cosine_similarity(res2["float32"][1].flatten(), res2["bfloat16"][1].flatten(), dim=0)))
+        bs_grad_cos.append(cosine(res2["float32"][1], res2["bfloat16"][1]))
     f_all, bs_all = torch.cat(f_diff), torch.cat(bs_f_diff)
     result = {
         "cpu": nmt.cpu_label(),

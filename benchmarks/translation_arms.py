@@ -198,6 +198,8 @@ def build_arm(
         model, sp, cfg.train, val, recipe.precision_of(cfg.precision), cfg.arm, semantic, risk, cfg.weight, cfg.samples
     )
     module.train_targets = train.tgt_text
+    if hasattr(module, "log_prob_dropout"):
+        module.log_prob_dropout = getattr(cfg, "mrt_dropout", True)  # as recipe.stage2 sets it
     for key, value in attrs.items():
         if not hasattr(module, key):
             raise SystemExit(f"--arms {label}: FineTuner has no attribute {key!r}")
@@ -213,7 +215,8 @@ def _losses(cfg: recipe.Stage2Config, init: Path, sp: Any) -> tuple[Any, Any]:
 
     if cfg.arm not in ("bertscore", "mrt"):
         return None, None
-    scorer = BERTScorer(dtype=nmt.scorer_dtype(getattr(cfg, "scorer_dtype", "float32")))
+    dtype = getattr(cfg, "scorer_dtype", "float32")
+    scorer = BERTScorer(dtype=nmt.scorer_dtype(dtype) if hasattr(nmt, "scorer_dtype") else dtype)
     if cfg.arm == "bertscore":
         bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
         loss = BERTScoreLoss(

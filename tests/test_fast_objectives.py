@@ -530,3 +530,35 @@ def test_math_attention_kernel_under_bf16_autocast_agrees_with_the_default(score
     torch.testing.assert_close(runs[0][0], runs[1][0], atol=2e-2, rtol=0)
     cos = torch.nn.functional.cosine_similarity(runs[0][1].flatten(), runs[1][1].flatten(), dim=0)
     assert cos > 0.98
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gumbel", [None, "soft"])
+def test_loss_sparse_path_equals_dense_path_with_the_real_minilm(spm_model, minilm_encoders, monkeypatch, gumbel):
+    """The recipe's settings (retokenize bridge, straight-through max at 0.05, top-64) on the bundled MiniLM:
+    the sparse path gives the dense path's P, R, F and logit gradient (fp32)."""
+    import sentencepiece as spm
+
+    import bertscore_loss.token_distributions as td
+
+    monkeypatch.setattr(td, "gumbel_noise", _torch_gumbel)
+    sp = spm.SentencePieceProcessor(model_file=spm_model)
+    encoder = minilm_encoders(4)
+    bridge = VocabBridge(spm_model, encoder, "retokenize", vocab_size=sp.get_piece_size())
+    loss = BERTScoreLoss(encoder=encoder, bridge=bridge, top_k=64, gumbel=gumbel, temperature=0.05, reduction="none")
+    texts = ["A man in a red shirt is riding a bike.", "Two dogs play in the snow!", "A woman is reading."]
+    logits, mask = _generator_logits(sp, texts, sp.get_piece_size(), seed=1)
+    runs = []
+    for sparse in (True, False):
+        if not sparse:
+            monkeypatch.setattr(BERTScoreLoss, "sparse_inputs", lambda self, c: False)
+        x = logits.clone().requires_grad_(True)
+        torch.manual_seed(2)
+        out = loss(x, REFS, mask)
+        (grad,) = torch.autograd.grad(out.loss.sum(), x)
+        runs.append((out, grad))
+    (fast, g_fast), (slow, g_slow) = runs
+    for a, b in zip(fast, slow):
+        torch.testing.assert_close(a, b, atol=2e-6, rtol=1e-5)
+    torch.testing.assert_close(g_fast, g_slow, atol=1e-7, rtol=1e-4)
+    assert g_fast.abs().max() > 1e-5

@@ -257,6 +257,8 @@ class Stage2Config:
     # The frozen scorer of the semantic arms: float32 (exact, as the reported F), bfloat16, or auto (bfloat16
     # where the CPU has native bf16, else float32); docs/translation.md "Where the time goes" says what it changes.
     scorer_dtype: str = "float32"
+    # mrt: dropout in the decoder pass over the samples (True, as in the CE pass); False skips it there (faster)
+    mrt_dropout: bool = True
 
 
 def load_model(folder: Path):
@@ -312,6 +314,7 @@ def stage2(cfg: Stage2Config) -> dict:
             risk = MinimumRiskLoss(scorer=scorer, alpha=cfg.alpha)
     module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
     module.train_targets = train.tgt_text
+    module.log_prob_dropout = cfg.mrt_dropout
     model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
     trainer = pl.Trainer(
         accelerator="cpu",
