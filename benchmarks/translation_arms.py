@@ -16,9 +16,10 @@ options for that arm only; ``module.<attr>=value`` sets an attribute of its ``Fi
 bertscore mrt mrt-bf16=mrt:scorer_dtype=bfloat16 mrt-full=mrt:module.shared_encoder=false``.
 ``--profile`` adds a table per arm of where an update's time goes (sections timed by wrapping the
 library's and the generator's functions; backward split where the gradient reaches the CE logits).
-``--warm-references`` encodes the timed batches' references before timing (a later epoch: every
-reference seen once). Prints the CPU label, seconds per update and ratios to ``ce``; writes a JSON
-(``--json``, default ``runs/translation-arms-speed.json``).
+``--warm-references`` encodes the timed batches' references into the ``bertscore`` loss's reference cache
+before timing (a later epoch: every reference seen once; ``mrt`` keeps no reference cache). Prints the
+CPU label, seconds per update and ratios to ``ce``; writes a JSON (``--json``, default
+``runs/translation-arms-speed.json``).
 
 Two clocks: wall seconds, and the process's CPU seconds (``time.process_time``; with one thread the same as
 wall seconds on an idle machine, and much less disturbed by other jobs on a shared one). The ratios of
@@ -316,17 +317,18 @@ def main(argv: list[str] | None = None) -> None:
         arms.append(build_arm(label, cfg, attrs, model_dir, train, val))
         if args.profile:
             instrument_module(arms[-1].module)
-    if args.warm_references:
-        refs = [train.tgt_text[i] for b in batches for i in b["index"].tolist()]
+    if args.warm_references:  # a later epoch: every reference of the timed batches encoded once already
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision.startswith("bf16"))
         for a in arms:
-            for loss in (a.module.semantic, a.module.risk):
-                if loss is not None and hasattr(loss, "warm_references"):
-                    loss.warm_references(refs)
-                elif loss is not None:
-                    with torch.no_grad():
-                        loss.scorer.embed(refs)
-    pl_seed = 0
-    torch.manual_seed(pl_seed)
+            loss = a.module.semantic
+            if loss is not None and hasattr(loss, "reference_cache"):  # the loss's own cache (autocast-keyed)
+                for b in batches:
+                    with torch.no_grad(), autocast:
+                        loss.reference_inputs([train.tgt_text[i] for i in b["index"].tolist()])
+            elif loss is not None:  # before the loss had its own cache: the encoder's
+                with torch.no_grad():
+                    loss.scorer.embed([train.tgt_text[i] for b in batches for i in b["index"].tolist()])
+    torch.manual_seed(0)
     for i, batch in enumerate(batches):
         for a in arms:
             timed = i >= args.skip

@@ -110,24 +110,36 @@ def top_k_probs(
     :func:`expected_rows`' renormalisation (the gradient of the dropped entries is 0 in both).
 
     Low-precision (bf16) logits are read as they are and computed with in float32, as ``logits.float()`` would.
-    ``mask`` ``[B, T]`` (True = real): positions outside it get a uniform distribution and no gradient,
-    whatever they hold (NaN or infinite logits included). At a real position, NaN, ``+inf`` or all
-    ``-inf`` logits give NaN probabilities (as the dense softmax does).
+    ``mask`` ``[B, T]`` (True = real): only real positions are computed (and get noise); the others get token
+    0..k-1 uniformly and no gradient, whatever they hold (NaN or infinite logits included). At a real
+    position, NaN, ``+inf`` or all ``-inf`` logits give NaN probabilities (as the dense softmax does).
     """
     if gumbel not in (None, "soft"):
         raise ValueError(f"top_k_probs takes gumbel=None or 'soft', got {gumbel!r}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
+    k = min(k, logits.shape[-1])
+    if mask is None:
+        return _top_k(logits, k, temperature, gumbel)
+    where = mask.nonzero(as_tuple=True)
+    real = _top_k(logits[where], k, temperature, gumbel)  # [n, k]: padding and masked steps cost nothing
+    shape = (*mask.shape, k)
+    ids = torch.arange(k, device=logits.device).expand(shape).index_put(where, real.ids)
+    probs = torch.full(shape, 1.0 / k, dtype=real.probs.dtype, device=logits.device).index_put(where, real.probs)
+    best = torch.zeros(mask.shape, dtype=torch.long, device=logits.device).index_put(where, real.best)
+    return TopK(ids, probs, best)
+
+
+def _top_k(logits: Tensor, k: int, temperature: float, gumbel: Gumbel) -> TopK:
+    """:func:`top_k_probs` of every row of ``logits`` ``[..., V]``."""
     wide = torch.promote_types(logits.dtype, torch.float32)  # bf16 logits: float32 noise and arithmetic
     if gumbel == "soft":
         y = logits + gumbel_noise(logits.shape, dtype=wide, device=logits.device)
     else:
         y = logits.to(wide)
-    if temperature != 1.0:  # one [B, T, V] pass (and its backward) less at the default temperature
+    if temperature != 1.0:  # one [n, V] pass (and its backward) less at the default temperature
         y = y / temperature
-    values, ids = y.topk(min(k, y.shape[-1]), dim=-1)
-    if mask is not None:
-        values = values.masked_fill(~mask.unsqueeze(-1), 0.0)
+    values, ids = y.topk(k, dim=-1)
     # With continuous noise the largest entry is the first of the top k (a tie has probability 0); without it
     # ties are common (bf16 logits) and argmax's first-index rule is kept.
     best = ids[..., 0] if gumbel == "soft" else y.detach().argmax(dim=-1)

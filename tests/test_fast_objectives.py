@@ -61,6 +61,31 @@ def same_noise(monkeypatch):
     monkeypatch.setattr(td, "gumbel_noise", _torch_gumbel)
 
 
+@pytest.fixture
+def fixed_noise(monkeypatch):
+    """``fixed_noise(noise [B, T, V], mask [B, T])``: both paths of the loss perturb with this Gumbel noise, the
+    dense one (``F.gumbel_softmax``) all of it, the sparse one the rows of its real positions."""
+    import bertscore_loss.token_distributions as td
+
+    state: dict = {}
+
+    def sparse(shape, *, dtype=torch.float32, device=None):
+        noise = state["noise"]
+        return (noise if tuple(shape) == tuple(noise.shape) else noise[state["mask"]]).to(dtype)
+
+    def dense(logits, tau=1.0, hard=False, eps=1e-10, dim=-1):
+        assert not hard and logits.shape == state["noise"].shape
+        return torch.softmax((logits + state["noise"]) / tau, dim=dim)
+
+    monkeypatch.setattr(td, "gumbel_noise", sparse)
+    monkeypatch.setattr(torch.nn.functional, "gumbel_softmax", dense)
+
+    def set_noise(noise: Tensor, mask: Tensor) -> None:
+        state.update(noise=noise, mask=mask)
+
+    return set_noise
+
+
 def test_gumbel_noise_is_standard_gumbel_without_a_grid_in_its_tails():
     import math
 
@@ -142,6 +167,13 @@ def test_top_k_probs_masked_positions_never_leak():
     mask = torch.tensor([[True, True, False], [True, False, True]])
     top = top_k_probs(dirty, 4, gumbel="soft", mask=mask)
     assert torch.isfinite(top.probs).all()
+    assert (top.probs[~mask] == 0.25).all() and (top.ids[~mask] == torch.arange(4)).all()
+    # a real position's entries do not depend on the masked ones (their noise is not even drawn)
+    torch.manual_seed(1)
+    alone = top_k_probs(dirty[mask].unsqueeze(0), 4, gumbel="soft")
+    torch.manual_seed(1)
+    within = top_k_probs(dirty, 4, gumbel="soft", mask=mask)
+    assert torch.equal(alone.ids[0], within.ids[mask]) and torch.equal(alone.probs[0], within.probs[mask])
     (grad,) = torch.autograd.grad((top.probs * torch.randn(2, 3, 4)).sum(), dirty)
     assert torch.isfinite(grad).all()
     assert (grad[~mask] == 0).all() and (grad[mask] != 0).any()
@@ -170,7 +202,7 @@ def _generator_logits(sp, texts, vocab, seed=0, noise=3.0):
 
 @pytest.mark.parametrize("mode", ["retokenize", "mean"])
 @pytest.mark.parametrize("gumbel", [None, "soft"])
-def test_loss_sparse_path_equals_dense_path(scorer, spm_model, monkeypatch, same_noise, mode, gumbel):
+def test_loss_sparse_path_equals_dense_path(scorer, spm_model, monkeypatch, fixed_noise, mode, gumbel):
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=spm_model)
@@ -179,6 +211,7 @@ def test_loss_sparse_path_equals_dense_path(scorer, spm_model, monkeypatch, same
     texts = ["A man in a red shirt is riding a bike.", "Two dogs play in the snow!", "A woman is reading."]
     logits, mask = _generator_logits(sp, texts, sp.get_piece_size())
     logits[0, -1] = float("nan")  # a masked position: must not matter on either path
+    fixed_noise(_torch_gumbel(logits.shape), mask)
     results = []
     for sparse in (True, False):
         if not sparse:
@@ -534,20 +567,20 @@ def test_math_attention_kernel_under_bf16_autocast_agrees_with_the_default(score
 
 @pytest.mark.slow
 @pytest.mark.parametrize("gumbel", [None, "soft"])
-def test_loss_sparse_path_equals_dense_path_with_the_real_minilm(spm_model, minilm_encoders, monkeypatch, gumbel):
+def test_loss_sparse_path_equals_dense_path_with_the_real_minilm(
+    spm_model, minilm_encoders, monkeypatch, fixed_noise, gumbel
+):
     """The recipe's settings (retokenize bridge, straight-through max at 0.05, top-64) on the bundled MiniLM:
     the sparse path gives the dense path's P, R, F and logit gradient (fp32)."""
     import sentencepiece as spm
 
-    import bertscore_loss.token_distributions as td
-
-    monkeypatch.setattr(td, "gumbel_noise", _torch_gumbel)
     sp = spm.SentencePieceProcessor(model_file=spm_model)
     encoder = minilm_encoders(4)
     bridge = VocabBridge(spm_model, encoder, "retokenize", vocab_size=sp.get_piece_size())
     loss = BERTScoreLoss(encoder=encoder, bridge=bridge, top_k=64, gumbel=gumbel, temperature=0.05, reduction="none")
     texts = ["A man in a red shirt is riding a bike.", "Two dogs play in the snow!", "A woman is reading."]
     logits, mask = _generator_logits(sp, texts, sp.get_piece_size(), seed=1)
+    fixed_noise(_torch_gumbel(logits.shape), mask)
     runs = []
     for sparse in (True, False):
         if not sparse:
