@@ -121,13 +121,14 @@ def top_k_probs(
     k = min(k, logits.shape[-1])
     if mask is None:
         return _top_k(logits, k, temperature, gumbel)
-    where = mask.nonzero(as_tuple=True)
-    real = _top_k(logits[where], k, temperature, gumbel)  # [n, k]: padding and masked steps cost nothing
-    shape = (*mask.shape, k)
-    ids = torch.arange(k, device=logits.device).expand(shape).index_put(where, real.ids)
-    probs = torch.full(shape, 1.0 / k, dtype=real.probs.dtype, device=logits.device).index_put(where, real.probs)
-    best = torch.zeros(mask.shape, dtype=torch.long, device=logits.device).index_put(where, real.best)
-    return TopK(ids, probs, best)
+    rows = mask.reshape(-1).nonzero().squeeze(1)
+    flat = logits.reshape(-1, logits.shape[-1])
+    real = _top_k(flat.index_select(0, rows), k, temperature, gumbel)  # [n, k]: masked steps cost nothing
+    n, dev = flat.shape[0], logits.device
+    ids = torch.arange(k, device=dev).expand(n, k).clone().index_copy(0, rows, real.ids)
+    probs = torch.full((n, k), 1.0 / k, dtype=real.probs.dtype, device=dev).index_copy(0, rows, real.probs)
+    best = torch.zeros(n, dtype=torch.long, device=dev).index_copy(0, rows, real.best)
+    return TopK(ids.view(*mask.shape, k), probs.view(*mask.shape, k), best.view(mask.shape))
 
 
 def _top_k(logits: Tensor, k: int, temperature: float, gumbel: Gumbel) -> TopK:
