@@ -605,6 +605,13 @@ class FineTuner(Translator):
     scored in one call), expected under the renormalised sequence probabilities (sharpness ``alpha``).
     """
 
+    # mrt: the samples' log-probabilities from the CE pass's encoder states, and only where the risk needs them
+    # (sample_log_probs); False = the full model on every sample (the same values without dropout)
+    shared_encoder: bool = True
+    sampler: str = "loop"  # mrt: how sample() draws ("loop": sample_sequences, or "generate": Hugging Face)
+    # mrt: dropout in the samples' decoder pass (True, as in the CE pass); False: that decoder pass without it
+    log_prob_dropout: bool = True
+
     def __init__(
         self,
         model,
@@ -623,12 +630,6 @@ class FineTuner(Translator):
             raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
         self.arm, self.semantic, self.risk, self.weight, self.samples = arm, semantic, risk, weight, samples
         self.step_seconds: list[float] = []
-        # mrt: the samples' log-probabilities from the CE pass's encoder states and only where the risk needs
-        # them (sample_log_probs); False = the full model on every sample (the same values without dropout)
-        self.shared_encoder = True
-        self.sampler = "loop"  # mrt: how FineTuner.sample draws ("loop": sample_sequences, or "generate")
-        # mrt: dropout in the samples' decoder pass (True, as the CE pass); False: the decoder without dropout there
-        self.log_prob_dropout = True
 
     def configure_optimizers(self):
         opt = torch.optim.Adam(self.model.parameters(), lr=self.cfg.lr, betas=tuple(self.cfg.betas))
