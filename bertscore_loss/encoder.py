@@ -149,30 +149,37 @@ class FrozenEncoder(Tokenization, nn.Module):
         batch_tokens: int | None = None,
         progress: bool = False,
         cacheable: Sequence[bool] | None = None,
+        cache: EmbeddingCache | None = None,
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         """Embeddings of ``texts`` (in order), their token ids, and how many texts were truncated.
 
-        With the :attr:`cache` on (:meth:`enable_cache`), texts in it are not re-encoded and newly
-        encoded ones are added to it; ``cacheable`` ``[N]`` (default all) limits both to some texts
-        (e.g. references, whose embeddings recur across epochs, but not predictions).
+        With a cache (``cache``, default the encoder's own :attr:`cache` when :meth:`enable_cache` turned it
+        on), texts in it are not re-encoded and newly encoded ones are added to it; ``cacheable`` ``[N]``
+        (default all) limits both to some texts (e.g. references, whose embeddings recur across epochs,
+        but not predictions). Entries are kept per autocast dtype, so embeddings computed under a
+        caller's ``torch.autocast`` never stand in for exact ones.
         """
         if cacheable is not None and len(cacheable) != len(texts):
             raise ValueError(f"cacheable has {len(cacheable)} entries for {len(texts)} texts")
-        if self.cache.max_bytes == 0 or (cacheable is not None and not any(cacheable)):
+        cache = self.cache if cache is None else cache
+        if cache.max_bytes == 0 or (cacheable is not None and not any(cacheable)):
             tok = self.tokenize(texts)
             return self.embed_ids(tok.ids, batch_tokens=batch_tokens, progress=progress), tok.ids, tok.truncated
-        return self._embed_cached([t.strip() for t in texts], self.tokenize, batch_tokens, progress, cacheable)
+        keys = [t.strip() for t in texts]
+        return self._embed_cached(keys, self.tokenize, batch_tokens, progress, cacheable, cache)
 
     def embed_token_ids(
-        self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None
+        self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None, cache: EmbeddingCache | None = None
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`tokenize` returns them)."""
         rows = [[int(t) for t in r] for r in ids]
-        if self.cache.max_bytes == 0:
+        cache = self.cache if cache is None else cache
+        if cache.max_bytes == 0:
             return self.embed_ids(rows, batch_tokens=batch_tokens), rows, 0
         keys = ["\x00ids:" + ",".join(map(str, r)) for r in rows]
         by_key = dict(zip(keys, rows))
-        return self._embed_cached(keys, lambda ks: Tokenized([by_key[k] for k in ks], 0), batch_tokens, False)
+        tokenize = lambda ks: Tokenized([by_key[k] for k in ks], 0)  # noqa: E731
+        return self._embed_cached(keys, tokenize, batch_tokens, False, None, cache)
 
     def _embed_cached(
         self,
@@ -180,10 +187,13 @@ class FrozenEncoder(Tokenization, nn.Module):
         tokenize: Callable[[list[str]], Tokenized],
         batch_tokens: int | None,
         progress: bool,
-        cacheable: Sequence[bool] | None = None,
+        cacheable: Sequence[bool] | None,
+        cache: EmbeddingCache,
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
         keep = [True] * len(keys) if cacheable is None else [bool(c) for c in cacheable]
-        found = [self.cache.get(k) if c else None for k, c in zip(keys, keep)]
+        kind = self.device.type
+        tag = f"{torch.get_autocast_dtype(kind)}\x00" if torch.is_autocast_enabled(kind) else ""
+        found = [cache.get(tag + k) if c else None for k, c in zip(keys, keep)]
         wanted = {k for k, c in zip(keys, keep) if c}
         missing = sorted({k for k, f in zip(keys, found) if f is None})
         truncated = 0
@@ -195,7 +205,7 @@ class FrozenEncoder(Tokenization, nn.Module):
             for i, k in enumerate(missing):
                 if k in wanted:
                     fresh[k] = (packed.row(i).clone(), tok.ids[i])  # a copy, not a view of the whole batch
-                    self.cache.put(k, *fresh[k])
+                    cache.put(tag + k, *fresh[k])
                 else:
                     fresh[k] = (packed.row(i), tok.ids[i])
         items = [f if f is not None else fresh[k] for k, f in zip(keys, found)]

@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .cache import EmbeddingCache
 from .chunking import budget_runs
 from .config import max_elements_for
 from .encoder import FrozenEncoder
@@ -40,17 +41,19 @@ def encode(
     batch_tokens: int | None = None,
     progress: bool | None = None,
     cacheable: Sequence[bool] | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> tuple[PackedEmbeddings, list[list[int]]]:
     """Embeddings of ``texts`` (in input order) and their token ids, with one warning for truncated texts.
 
     ``progress``: None = a bar for 1,000 texts or more; ``cacheable``: the texts that may go through the
-    encoder's embedding cache (default all, when it is on).
+    embedding cache (default all); ``cache``: which one (default the encoder's, when it is on).
     """
     packed, ids, truncated = encoder.embed_texts(
         texts,
         batch_tokens=batch_tokens,
         progress=len(texts) >= 1000 if progress is None else progress,
         cacheable=cacheable,
+        cache=cache,
     )
     if truncated:
         warn(

@@ -55,6 +55,115 @@ def sequence_log_probs(logits: Tensor, labels: Tensor, *, ignore_index: int = -1
     return total / keep.sum(dim=1).clamp_min(1) if normalize else total
 
 
+class _LabelLogProbs(torch.autograd.Function):
+    """``log softmax(hidden @ weight.T + bias)[label]`` per row, in row chunks, without keeping the logits."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, hidden: Tensor, weight: Tensor, bias: Tensor | None, labels: Tensor, chunk: int, dtype: torch.dtype
+    ) -> Tensor:
+        h, w = hidden.to(dtype), weight.to(dtype)
+        out = torch.empty(hidden.shape[0], dtype=torch.float32, device=hidden.device)
+        lse = torch.empty_like(out)
+        for s in range(0, hidden.shape[0], chunk):
+            z = _logits(h[s : s + chunk], w, bias)
+            lse[s : s + chunk] = torch.logsumexp(z, dim=-1)
+            out[s : s + chunk] = z.gather(1, labels[s : s + chunk].unsqueeze(1)).squeeze(1) - lse[s : s + chunk]
+        ctx.save_for_backward(hidden, weight, bias if bias is not None else torch.empty(0), labels, lse)
+        ctx.chunk, ctx.dtype, ctx.has_bias = chunk, dtype, bias is not None
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        hidden, weight, bias, labels, lse = ctx.saved_tensors
+        h, w = hidden.to(ctx.dtype), weight.to(ctx.dtype)
+        need_h, need_w, need_b = ctx.needs_input_grad[:3]
+        grad_h = torch.empty_like(hidden) if need_h else None
+        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        grad_b = torch.zeros(weight.shape[0], dtype=torch.float32, device=weight.device) if need_b else None
+        for s in range(0, hidden.shape[0], ctx.chunk):
+            e = s + ctx.chunk
+            z = _logits(h[s:e], w, bias if ctx.has_bias else None)
+            g = grad[s:e].float().unsqueeze(1)
+            lab = labels[s:e].unsqueeze(1)
+            p = torch.exp(z.sub_(lse[s:e].unsqueeze(1)))  # softmax
+            gz = p.mul_(-g)  # d/dz of log p(label) = onehot - softmax, times the incoming gradient
+            gz.scatter_add_(1, lab, g)
+            low = gz.to(ctx.dtype)  # rounded once per entry, as the output layer's backward would
+            if grad_h is not None:
+                grad_h[s:e] = (low @ w).to(hidden.dtype)
+            if grad_w is not None:
+                grad_w += (low.t() @ h[s:e]).float()
+            if grad_b is not None:
+                grad_b += gz.sum(dim=0)
+        return (
+            grad_h,
+            grad_w.to(weight.dtype) if grad_w is not None else None,
+            grad_b.to(bias.dtype) if grad_b is not None else None,
+            None,
+            None,
+            None,
+        )
+
+
+def _logits(h: Tensor, w: Tensor, bias: Tensor | None) -> Tensor:
+    z = (h @ w.t()).float()
+    return z + bias.float() if bias is not None else z
+
+
+def label_log_probs(
+    hidden: Tensor, weight: Tensor, labels: Tensor, bias: Tensor | None = None, *, chunk_rows: int = 512
+) -> Tensor:
+    """Log-probability ``[n]`` of each label under ``softmax(hidden @ weight.T + bias)``, for the rows of
+    ``hidden`` ``[n, d]`` (e.g. a decoder's states at real positions), ``weight`` ``[V, d]`` (the output
+    layer), ``labels`` ``[n]``, ``bias`` ``[V]`` or ``[1, V]``.
+
+    Equals ``torch.log_softmax((hidden @ weight.T).float() + bias, -1).gather(-1, labels)`` (an output layer
+    without bias plus an added bias, as Marian's and BART's ``lm_head`` + ``final_logits_bias``; what
+    :func:`sequence_log_probs` does with such a model's logits) in value and gradient (w.r.t. ``hidden``,
+    ``weight`` and ``bias``), but works through ``chunk_rows`` rows at a time and recomputes the logits in
+    the backward, so the ``[n, V]`` logits, log-softmax and their gradients are never held (nor copied
+    between dtypes): with a large vocabulary the output layer dominates a sequence-level loss, and its
+    memory traffic dominates that. The product runs in the autocast dtype when ``torch.autocast`` is on
+    (as the output layer would), else in ``hidden``'s dtype; the softmax in float32.
+    """
+    if hidden.dim() != 2 or weight.dim() != 2 or labels.shape != hidden.shape[:1] or hidden.shape[1] != weight.shape[1]:
+        raise ValueError(
+            f"hidden must be [n, d], weight [V, d] and labels [n]; got {tuple(hidden.shape)}, {tuple(weight.shape)} "
+            f"and {tuple(labels.shape)}"
+        )
+    if labels.numel() and bool(((labels < 0) | (labels >= weight.shape[0])).any()):
+        raise ValueError(f"labels must lie in [0, {weight.shape[0]})")
+    kind = hidden.device.type
+    dtype = torch.get_autocast_dtype(kind) if torch.is_autocast_enabled(kind) else hidden.dtype
+    flat_bias = bias.reshape(-1) if bias is not None else None
+    if flat_bias is not None and not flat_bias.requires_grad and not bool(flat_bias.any()):
+        flat_bias = None  # a constant zero bias (Marian's final_logits_bias): two [n, V] passes less
+    with torch.autocast(kind, enabled=False):
+        out = _LabelLogProbs.apply(hidden, weight, flat_bias, labels, max(int(chunk_rows), 1), dtype)
+    return out
+
+
+def distinct_candidates(candidates: Sequence[Sequence[str]], k: int) -> Tensor:
+    """Bool ``[B, k]`` (CPU): True at the first occurrence of each distinct text of a row (whitespace
+    normalised), False at repeats and padding: the candidates :class:`MinimumRiskLoss` counts.
+
+    Only these need a log-probability, and only in rows with two or more of them: a row with one distinct
+    candidate has ``q = 1`` and no gradient, and a repeat has weight 0, whatever ``log_probs`` holds there.
+    """
+    present = torch.zeros(len(candidates), k, dtype=torch.bool)
+    for i, row in enumerate(candidates):
+        if isinstance(row, str) or len(row) > k:
+            raise ValueError(f"candidates[{i}] must be a list of at most k={k} strings")
+        seen: set[str] = set()
+        for j, text in enumerate(row):
+            key = " ".join(text.split())
+            if key not in seen:
+                seen.add(key)
+                present[i, j] = True
+    return present
+
+
 class MinimumRiskLoss(nn.Module):
     """Expected BERTScore risk of candidate lists; differentiable in their sequence log-probabilities.
 
@@ -109,7 +218,8 @@ class MinimumRiskLoss(nn.Module):
     ) -> Tensor:
         """Utility ``[B, k]`` (float32, CPU) of every candidate, NaN at padding: one
         :meth:`BERTScorer.score_groups` call for all rows (the engine the reranker uses)."""
-        values = getattr(self.scorer.score_groups(candidates, references), self.utility_name).float()
+        scores = self.scorer.score_groups(candidates, references, progress=False)  # a training step: no bar
+        values = getattr(scores, self.utility_name).float()
         out = torch.full((len(candidates), k), float("nan"))
         out[:, : values.shape[1]] = values
         return out
@@ -132,14 +242,7 @@ class MinimumRiskLoss(nn.Module):
         for i, row in enumerate(candidates):
             if isinstance(row, str) or len(row) > k or not all(isinstance(c, str) for c in row):
                 raise ValueError(f"candidates[{i}] must be a list of at most {k} strings")
-        present = torch.zeros(b, k, dtype=torch.bool)
-        for i, row in enumerate(candidates):
-            seen: set[str] = set()
-            for j, text in enumerate(row):
-                key = " ".join(text.split())
-                if key not in seen:
-                    seen.add(key)
-                    present[i, j] = True
+        present = distinct_candidates(candidates, k)
         if mask is not None:
             if mask.shape != (b, k):
                 raise ValueError(f"mask must be [batch, k] = {(b, k)}, got {tuple(mask.shape)}")

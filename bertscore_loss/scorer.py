@@ -17,6 +17,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .baseline import load_baseline, packaged_baseline
+from .cache import EmbeddingCache
 from .config import ScorerConfig
 from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
@@ -134,15 +135,26 @@ class BERTScorer:
         return self.config.progress if self.config.progress is not None else n >= 1000
 
     def embed(
-        self, texts: Sequence[str], *, progress: bool | None = None, cacheable: Sequence[bool] | None = None
+        self,
+        texts: Sequence[str],
+        *,
+        progress: bool | None = None,
+        cacheable: Sequence[bool] | None = None,
+        cache: EmbeddingCache | None = None,
     ) -> tuple[PackedEmbeddings, list[list[int]]]:
         """Embeddings of ``texts`` (each encoded once, in input order) and their token ids.
 
-        ``cacheable``: which texts may go through the encoder's cache (``cache_bytes``; default all).
+        ``cacheable``: which texts may go through the cache (default all); ``cache``: an embedding cache of
+        the caller's (default the encoder's, on with ``cache_bytes``).
         """
         progress = self.config.progress if progress is None else progress
         return encode(
-            self.encoder, texts, batch_tokens=self.config.batch_tokens, progress=progress, cacheable=cacheable
+            self.encoder,
+            texts,
+            batch_tokens=self.config.batch_tokens,
+            progress=progress,
+            cacheable=cacheable,
+            cache=cache,
         )
 
     def weights(self, packed: PackedEmbeddings) -> Tensor:

@@ -7,6 +7,7 @@ token-budget batches, inverse-square-root learning rate).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -258,6 +259,16 @@ def cpu_has_native_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+def scorer_dtype(name: str) -> str:
+    """The frozen scorer's dtype for a ``scorer_dtype`` setting: ``auto`` = bfloat16 where the CPU has native
+    bf16 (AMX or AVX512-BF16: never assumed), else float32; ``float32``/``bfloat16`` as given."""
+    if name == "auto":
+        return "bfloat16" if cpu_has_native_bf16() else "float32"
+    if name not in ("float32", "bfloat16"):
+        raise ValueError(f"scorer_dtype must be 'float32', 'bfloat16' or 'auto', got {name!r}")
+    return name
+
+
 def cpu_label() -> str:
     """The CPU model and its bf16 flags, to label every recorded figure."""
     model, flags = "unknown CPU", set()
@@ -483,6 +494,184 @@ class RunPlan:
     deadline: float | None = None
 
 
+def draw_tokens(logits: Tensor, block: int | None = None) -> Tensor:
+    """One token per row of ``logits`` ``[N, V]`` drawn from ``softmax(logits)`` (computed in float32 whatever
+    the logits' dtype) by inverse-CDF sampling: one uniform number per row, the CDF over blocks of ``block``
+    tokens (None: a divisor of V near √V) and then within the chosen block (cumulative sums in float64), so a
+    draw costs the softmax and one more pass (torch.multinomial draws V random numbers per row). A token of
+    probability 0 is never drawn."""
+    n, v = logits.shape
+    block = block or _block_size(v)
+    nb = -(-v // block)
+    weights = torch.softmax(logits, dim=-1, dtype=torch.float32)
+    if nb * block != v:
+        weights = F.pad(weights, (0, nb * block - v))
+    weights = weights.view(n, nb, block)  # [N, blocks, block]
+    sums = weights.sum(dim=-1).double()  # [N, blocks] (a float64 sum would first copy all of weights to float64)
+    cdf = sums.cumsum(dim=-1)
+    u = torch.rand(n, 1, dtype=torch.float64, device=logits.device) * cdf[:, -1:]
+    b = torch.searchsorted(cdf, u, right=True).clamp_max(nb - 1)  # [N, 1]
+    rest = u - (cdf.gather(1, b) - sums.gather(1, b))
+    inside = weights.gather(1, b.unsqueeze(-1).expand(n, 1, block)).squeeze(1)  # [N, block]
+    j = torch.searchsorted(inside.double().cumsum(dim=-1), rest, right=True)
+    last = block - 1 - (inside > 0).flip(-1).long().argmax(dim=-1, keepdim=True)  # a rounding overshoot stays real
+    return (b * block + torch.minimum(j, last)).squeeze(1)
+
+
+def _block_size(v: int) -> int:
+    """A divisor of ``v`` between √v/2 and 2√v (no padding per draw), else ⌈√v⌉."""
+    root = max(int(v**0.5), 1)
+    for d in sorted(range(max(root // 2, 1), 2 * root + 1), key=lambda d: abs(d - root)):
+        if v % d == 0:
+            return d
+    return root + 1
+
+
+@torch.no_grad()
+def sample_sequences(
+    model, states: Tensor, attention_mask: Tensor, max_new_tokens: int, *, compact: float = 0.125
+) -> Tensor:
+    """Ancestral samples ``[N, 1 + steps]`` (BOS first, PAD after EOS) of the decoder given encoder states
+    ``[N, S, d]`` and their mask ``[N, S]``: the whole softmax (temperature 1), :func:`draw_tokens` at each
+    step. Finished rows leave the batch (their cache rows too) once they are a ``compact`` share of it, so a
+    step costs about what the unfinished rows cost. Call it with the model in the mode to sample in (eval:
+    no dropout)."""
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+
+    n = states.shape[0]
+    out = torch.full((n, max_new_tokens + 1), PAD, dtype=torch.long, device=states.device)
+    out[:, 0] = BOS
+    rows = torch.arange(n, device=states.device)  # the output row of each batch row
+    done = torch.zeros(n, dtype=torch.bool, device=states.device)
+    cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
+    decoder, head = model.get_decoder(), model.get_output_embeddings()
+    bias = getattr(model, "final_logits_bias", None)
+    bias = bias if bias is not None and bool(bias.any()) else None  # Marian's stays 0: one [N, V] pass less
+    tokens, steps = out[:, :1], 0
+    for t in range(max_new_tokens):
+        hidden = decoder(
+            input_ids=tokens,
+            encoder_hidden_states=states,
+            encoder_attention_mask=attention_mask,
+            cache=cache,
+            use_cache=True,
+        ).last_hidden_state[:, -1]
+        logits = head(hidden)  # [N, V], bf16 under autocast: draw_tokens' softmax reads it as float32
+        nxt = draw_tokens(logits.float() + bias if bias is not None else logits)
+        nxt = nxt.masked_fill(done, PAD)  # rows finished earlier (not yet compacted) get padding
+        out[rows, t + 1] = nxt
+        steps = t + 1
+        done |= nxt == EOS
+        if bool(done.all()):
+            break
+        if float(done.float().mean()) >= compact:
+            keep = (~done).nonzero().squeeze(1)
+            rows, states, attention_mask, nxt = rows[keep], states[keep], attention_mask[keep], nxt[keep]
+            done = done[keep]
+            cache.batch_select_indices(keep)
+        tokens = nxt.unsqueeze(1)
+    return out[:, : steps + 1]
+
+
+@contextlib.contextmanager
+def decoder_dropout(model, on: bool) -> Iterator[None]:
+    """With ``on=False``: the decoder in eval mode (no dropout) and SDPA's math attention kernel (the fused
+    CPU kernel's backward is slow in bf16) for the duration; the model's modes are restored after."""
+    if on:
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    decoder = model.get_decoder()
+    modes = {m: m.training for m in decoder.modules()}
+    decoder.eval()
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+
+
+def shift_right(labels: Tensor) -> Tensor:
+    """Decoder inputs ``[N, T]`` of ``labels`` (-100 = padding): BOS, then the labels but the last (as HF does)."""
+    out = labels.new_full(labels.shape, PAD)
+    out[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, PAD)
+    out[:, 0] = BOS
+    return out
+
+
+def ce_pass(model, batch: dict, smoothing: float) -> tuple[Tensor, Tensor, object]:
+    """Label-smoothed CE, logits ``[B, T, V]`` and the encoder output of a batch: ``Translator.ce`` keeping the
+    encoder output (its states ``[B, S, d]`` feed the samples' log-probability pass) and without the
+    unsmoothed loss a Hugging Face model computes when given ``labels=``."""
+    encoded = model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    out = model(
+        attention_mask=batch["attention_mask"], encoder_outputs=encoded, decoder_input_ids=shift_right(batch["labels"])
+    )
+    return label_smoothed_ce(out.logits, batch["labels"], smoothing), out.logits, encoded
+
+
+def candidate_log_probs(
+    model, states: Tensor, attention_mask: Tensor, sources: Tensor, labels: Tensor, *, budget: int = 8192
+) -> Tensor:
+    """Log-probability ``[N]`` of each candidate ``labels`` ``[N, T]`` (-100 = padding) given the encoder states
+    ``states[sources]`` (``states`` ``[B, S, d]``, ``attention_mask`` ``[B, S]``, ``sources`` ``[N]``).
+
+    The decoder alone, on the candidates sorted by length in groups of at most ``budget`` padded tokens
+    (each group cut to its longest candidate), then the output layer and log-softmax at real positions only
+    (``bertscore_loss.risk.label_log_probs``). Equals ``sequence_log_probs(model(input_ids=src[sources],
+    ..., labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the
+    encoder that made them) through ``sources`` (tests/test_fast_objectives.py).
+    """
+    from bertscore_loss.risk import label_log_probs
+
+    if labels.shape[0] == 0:
+        return torch.zeros(0, device=labels.device)
+    keep = labels != -100
+    position = torch.arange(labels.shape[1], device=labels.device)
+    lengths = torch.where(keep, position + 1, 0).amax(dim=1) if labels.shape[1] else keep.sum(dim=1)
+    order = torch.argsort(lengths, stable=True)
+    hidden, targets, owners = [], [], []
+    start = 0
+    while start < len(order):
+        stop = start + 1
+        while stop < len(order) and int(lengths[order[stop]]) * (stop + 1 - start) <= budget:
+            stop += 1
+        rows = order[start:stop]
+        width = max(int(lengths[rows].max()), 1)
+        part = labels[rows, :width]
+        real = part != -100
+        out = model.base_model(
+            attention_mask=attention_mask[sources[rows]],
+            encoder_outputs=(states[sources[rows]],),
+            decoder_input_ids=shift_right(part),
+        ).last_hidden_state  # [rows, width, d]
+        hidden.append(out[real])
+        targets.append(part[real])
+        owners.append(rows.repeat_interleave(real.sum(dim=1)))
+        start = stop
+    bias = getattr(model, "final_logits_bias", None)
+    token = label_log_probs(torch.cat(hidden), model.get_output_embeddings().weight, torch.cat(targets), bias)
+    return token.new_zeros(labels.shape[0]).index_add(0, torch.cat(owners), token)
+
+
+def sample_log_probs(model, states: Tensor, attention_mask: Tensor, labels: Tensor, texts, k: int) -> Tensor:
+    """The log-probabilities ``[B, k]`` of ``k`` samples per source that ``MinimumRiskLoss`` uses: the distinct
+    samples of rows with two or more of them (:func:`bertscore_loss.risk.distinct_candidates`), computed by
+    :func:`candidate_log_probs` from the sources' encoder states ``[B, S, d]``; 0 elsewhere (a repeat or the
+    one candidate of a row has no effect on the risk's value or gradient, whatever its log-probability)."""
+    from bertscore_loss.risk import distinct_candidates
+
+    present = distinct_candidates(texts, k)
+    need = (present & (present.sum(dim=1, keepdim=True) > 1)).view(-1).to(labels.device)
+    rows = need.nonzero().squeeze(1)
+    lp = torch.zeros(need.numel(), device=labels.device)
+    if rows.numel():
+        lp = lp.index_put((rows,), candidate_log_probs(model, states, attention_mask, rows // k, labels[rows]))
+    return lp.view(len(texts), k)
+
+
 class FineTuner(Translator):
     """Stage 2: one arm of the comparison, from the stage-1 weights, with the same batches for every arm.
 
@@ -492,6 +681,13 @@ class FineTuner(Translator):
     sampled per source (risk 1 − F from the exact evaluation mode, all candidate lists of the batch
     scored in one call), expected under the renormalised sequence probabilities (sharpness ``alpha``).
     """
+
+    # mrt: the samples' log-probabilities from the CE pass's encoder states, and only where the risk needs them
+    # (sample_log_probs); False = the full model on every sample (the same values without dropout)
+    shared_encoder: bool = True
+    sampler: str = "loop"  # mrt: how sample() draws ("loop": sample_sequences, or "generate": Hugging Face)
+    # mrt: dropout in the samples' decoder pass (True, as in the CE pass); False: that decoder pass without it
+    log_prob_dropout: bool = True
 
     def __init__(
         self,
@@ -618,19 +814,35 @@ class FineTuner(Translator):
             self.load_run_state(checkpoint["stage2_run"])
 
     def sample(self, batch: dict) -> tuple[Tensor, list[list[str]], Tensor]:
-        """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources."""
+        """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources.
+
+        The generator samples in eval mode (no dropout), from the full softmax (temperature 1, no top-k).
+        ``sampler="loop"`` (default): the encoder runs once over the ``B`` sources, its states are repeated
+        for the ``k`` samples, and :func:`sample_sequences` decodes (one uniform number per row and step,
+        finished rows leave the batch); ``"generate"``: Hugging Face sampling (``torch.multinomial`` draws
+        one random number per vocabulary entry, row and step: on CPU that was most of the sampling time).
+        Both sample the same distribution, from different random streams.
+        """
         k = self.samples
         self.model.eval()
+        steps = int(batch["input_ids"].shape[1] * 1.5) + 10
         with torch.no_grad():
-            gen = self.model.generate(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                do_sample=True,
-                top_k=0,
-                num_beams=1,
-                num_return_sequences=k,
-                max_new_tokens=int(batch["input_ids"].shape[1] * 1.5) + 10,
-            )
+            if self.sampler == "generate":
+                gen = self.model.generate(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    do_sample=True,
+                    top_k=0,
+                    num_beams=1,
+                    num_return_sequences=k,
+                    max_new_tokens=steps,
+                )
+            elif self.sampler == "loop":
+                encoded = self.model.get_encoder()(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+                states = encoded.last_hidden_state.repeat_interleave(k, 0)  # [B·k, S, d], as generate expands them
+                gen = sample_sequences(self.model, states, batch["attention_mask"].repeat_interleave(k, 0), steps)
+            else:
+                raise ValueError(f"sampler must be 'loop' or 'generate', got {self.sampler!r}")
         self.model.train()
         labels = gen[:, 1:].clone()  # drop the decoder start token
         after_eos = (labels == EOS).long().cumsum(1) - (labels == EOS).long() > 0
@@ -644,19 +856,26 @@ class FineTuner(Translator):
         from bertscore_loss import sequence_log_probs
 
         n = batch["input_ids"].shape[0]
-        ce, logits = self.ce(batch)
+        ce, logits, encoded = ce_pass(self.model, batch, self.cfg.label_smoothing)
         loss = ce
         refs = [self.train_targets[i] for i in batch["index"].tolist()]
         if self.arm == "bertscore":
             labels = batch["labels"]
             words = (labels != -100) & (labels != EOS)
-            sem = self.semantic(logits.float(), refs, words)
+            # the sparse top-k path reads bf16 logits as they are (no [B, T, V] float32 copy); the dense one in fp32
+            sem = self.semantic(logits if self.semantic.sparse_inputs(logits) else logits.float(), refs, words)
             loss = ce + self.weight * sem.loss
             self.log("train/bertscore_f", sem.f1.mean(), batch_size=n)
         elif self.arm == "mrt":
             labels, texts, src = self.sample(batch)
-            out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
-            lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
+            if self.shared_encoder:
+                # The CE pass's encoder states (with their gradient) serve the samples' decoder pass.
+                states = encoded.last_hidden_state
+                with decoder_dropout(self.model, self.log_prob_dropout):
+                    lp = sample_log_probs(self.model, states, batch["attention_mask"], labels, texts, self.samples)
+            else:
+                out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
+                lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
             risk = self.risk(lp, texts, refs)
             loss = ce + self.weight * risk.loss
             self.log("train/risk", risk.loss, batch_size=n)

@@ -492,6 +492,11 @@ class Stage2Config:
     eval_limit: int | None = None  # first N lines of each evaluation set (smoke runs)
     beams: int = 5
     train: nmt.TrainConfig = field(default_factory=lambda: nmt.TrainConfig(lr=1e-4, warmup=50))
+    # The frozen scorer of the semantic arms: float32 (exact, as the reported F), bfloat16, or auto (bfloat16
+    # where the CPU has native bf16, else float32); docs/translation.md "Where the time goes" says what it changes.
+    scorer_dtype: str = "float32"
+    # mrt: dropout in the decoder pass over the samples (True, as in the CE pass); False skips it there (faster)
+    mrt_dropout: bool = True
 
 
 def load_model(folder: Path):
@@ -584,7 +589,8 @@ def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
 
     semantic = risk = None
     if cfg.arm in ("bertscore", "mrt"):
-        scorer = BERTScorer()  # bundled MiniLM, its default layer, fp32: the same settings as the reported F
+        # bundled MiniLM, its default layer, fp32 by default: the same settings as the reported F
+        scorer = BERTScorer(dtype=nmt.scorer_dtype(cfg.scorer_dtype))
         if cfg.arm == "bertscore":
             bridge = VocabBridge(init / "spm.model", scorer.encoder, cfg.bridge_mode, vocab_size=sp.get_piece_size())
             semantic = BERTScoreLoss(
@@ -663,6 +669,7 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
         stop_at=cfg.stop_at,
         deadline=time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None,
     )
+    module.log_prob_dropout = cfg.mrt_dropout
     model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
     if ckpt is not None and (start >= updates or ckpt.get("stage2_run", {}).get("stopped_early")):
         # Trained to its end before an interruption: the checkpoint holds everything the result needs.
