@@ -1,0 +1,265 @@
+"""BERTScore (P, R or F) as an MBR utility: the exact engine for whole matrices, token embeddings for the rest.
+
+* Whole ``[n, m]`` matrices come from :meth:`bertscore_loss.BERTScorer.score_groups` (``reduce=False``).
+* Blocks of them (pruning) and reference aggregation work on the token embeddings of the distinct
+  texts (:meth:`BERTScorer.embed`, encoded once per chunk of sources) with the matching functions of
+  :mod:`bertscore_loss.matching` (``cosine_matrix``, ``greedy_match``, ``precision_recall_f``); blocks
+  equal the engine's values (tests).
+
+**Reference aggregation** (the BERTScore analogue of Vamvas & Sennrich 2024): the pseudo-references of a
+source are summarised by one bag of token vectors, one per distinct token id: the mean of that token's
+contextual embeddings over all its occurrences in the pseudo-references, each occurrence weighted by
+its pseudo-reference's expectation weight ``w_j``. The bag token's mass is the sum over those
+occurrences of ``w_j * ŵ_t``, where ``ŵ_t`` is the token's BERTScore weight (IDF or 1, 0 for special
+tokens) normalised within its pseudo-reference. A hypothesis is matched once against the bag with the
+usual greedy matching: recall = mass-weighted mean over bag tokens of their best cosine with a
+hypothesis token, precision = weighted mean over hypothesis tokens of their best cosine with a bag
+token, F their harmonic mean; all three are scaled by the weight of non-empty pseudo-references (an
+empty one scores 0 in the exact expectation). With context-free embeddings (every occurrence of a
+token the same vector) the recall equals the exact expected recall; precision takes the best match
+over the whole bag (an upper bound of each hypothesis token's expected best match), so it is an
+approximation, and so is F.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+
+from bertscore_loss import (
+    BERTScorer,
+    PackedEmbeddings,
+    cosine_matrix,
+    greedy_match,
+    precision_recall_f,
+    rescale,
+)
+
+from .utility import Session, Utility
+
+__all__ = ["BERTScoreUtility"]
+
+Measure = Literal["f", "p", "r"]
+MEASURES = {"p": 0, "r": 1, "f": 2}
+#: cosine entries per matching tile of the embedding path when the scorer sets no ``max_elements``
+DEFAULT_MAX_ELEMENTS = 1 << 22
+
+
+class BERTScoreUtility(Utility):
+    """BERTScore ``measure`` (``"f"``, ``"p"`` or ``"r"``) of hypothesis i against pseudo-reference j, in [0, 1]
+    (rescaled if the scorer rescales).
+
+    ``scorer``: a :class:`bertscore_loss.BERTScorer` to share, or its settings as keywords (``layer=4`` …).
+    With ``idf=True`` and no fixed IDF table the table is computed once per MBR call over all its
+    pseudo-references (each occurrence counted), as :meth:`BERTScorer.score_groups` does.
+    """
+
+    supports_aggregation = True
+
+    def __init__(self, scorer: BERTScorer | None = None, measure: Measure = "f", **fields: Any) -> None:
+        if measure not in MEASURES:
+            raise ValueError(f"measure must be 'f', 'p' or 'r', got {measure!r}")
+        if scorer is not None and fields:
+            raise ValueError("pass either scorer=... or the scorer's settings as keywords, not both")
+        self.scorer = scorer if scorer is not None else BERTScorer(**fields)
+        self.measure: Measure = measure
+        self.name = f"bertscore-{measure}"
+
+    def session(
+        self, hypotheses: list[list[str]], references: list[list[str]], reference_counts: Sequence[Tensor] | None = None
+    ) -> Session:
+        """``reference_counts[s]`` ``[m_s]``: occurrences of each distinct pseudo-reference in the caller's list
+        (for the IDF table; default 1 each)."""
+        return _BERTScoreSession(hypotheses, references, self, reference_counts)
+
+    def signature(self) -> str:
+        return f"{self.scorer.signature()}|measure:{self.measure}"
+
+
+class _Embedded:
+    """Token embeddings of the distinct (stripped) texts of some sources, their weights and the texts' positions."""
+
+    def __init__(self, scorer: BERTScorer, hyps: list[list[str]], refs: list[list[str]], progress: bool | None) -> None:
+        index: dict[str, int] = {}
+        self.hyp_pos = [
+            torch.tensor([index.setdefault(t.strip(), len(index)) for t in h], dtype=torch.long) for h in hyps
+        ]
+        self.ref_pos = [
+            torch.tensor([index.setdefault(t.strip(), len(index)) for t in r], dtype=torch.long) for r in refs
+        ]
+        self.packed: PackedEmbeddings
+        self.packed, _ = scorer.embed(list(index), progress=progress)
+        self.weight = scorer.weights(self.packed, scorer.idf if scorer.config.idf else None)
+
+
+class _BERTScoreSession(Session):
+    supports_aggregation = True
+
+    def __init__(
+        self,
+        hypotheses: list[list[str]],
+        references: list[list[str]],
+        utility: BERTScoreUtility,
+        reference_counts: Sequence[Tensor] | None,
+    ) -> None:
+        super().__init__(hypotheses, references)
+        base = utility.scorer
+        self.k = MEASURES[utility.measure]
+        self.scorer = base
+        if base.config.idf and base.idf is None and any(references):
+            # one table for the whole call (every chunk of sources, every block): over all pseudo-references
+            counts = reference_counts or [torch.ones(len(r), dtype=torch.long) for r in references]
+            corpus = [t for r, c in zip(references, counts) for t, k in zip(r, c.tolist()) for _ in range(int(k))]
+            self.scorer = BERTScorer(base.config, encoder=base.encoder, idf_corpus=corpus)
+        self.max_elements = base.config.max_elements or DEFAULT_MAX_ELEMENTS
+        self._key: tuple[int, ...] | None = None
+        self._emb: _Embedded | None = None
+
+    # --- exact blocks ---------------------------------------------------------------------------------
+    def full(self, sources: Sequence[int]) -> list[Tensor]:
+        """The engine: one :meth:`BERTScorer.score_groups` call over the sources (each distinct text encoded once)."""
+        hyps = [self.hypotheses[s] for s in sources]
+        refs = [self.references[s] for s in sources]
+        keep = [i for i, r in enumerate(refs) if r]
+        out = [torch.zeros((len(h), len(r)), dtype=torch.float64) for h, r in zip(hyps, refs)]
+        if keep:
+            blocks = self.scorer.score_groups(
+                [hyps[i] for i in keep], [refs[i] for i in keep], reduce=False, progress=False
+            )
+            for i, b in zip(keep, blocks):
+                out[i] = b[self.k].double()
+        return out
+
+    def embedded(self, sources: Sequence[int]) -> _Embedded:
+        """The sources' embeddings, encoded on the first request for this set of sources (the last set is kept)."""
+        key = tuple(sources)
+        if self._emb is None or self._key != key:
+            self._emb = None  # free the previous chunk first
+            hyps = [self.hypotheses[s] for s in sources]
+            refs = [self.references[s] for s in sources]
+            self._emb, self._key = _Embedded(self.scorer, hyps, refs, None), key
+        return self._emb
+
+    def blocks(self, sources: Sequence[int], rows: Sequence[Tensor], cols: Sequence[Tensor]) -> list[Tensor]:
+        emb = self.embedded(sources)
+        out = []
+        for k, (r, c) in enumerate(zip(rows, cols)):
+            prf = match_blocks(emb.packed, emb.weight, emb.hyp_pos[k][r], emb.ref_pos[k][c], self.max_elements)
+            out.append(self._rescaled(prf)[self.k].double())
+        return out
+
+    # --- reference aggregation -------------------------------------------------------------------------
+    def aggregate(self, sources: Sequence[int], rows: Sequence[Tensor], weights: Sequence[Tensor]) -> list[Tensor]:
+        emb = self.embedded(sources)
+        out = []
+        for k, (r, w) in enumerate(zip(rows, weights)):
+            prf = aggregate_prf(emb.packed, emb.weight, emb.hyp_pos[k][r], emb.ref_pos[k], w, self.max_elements)
+            out.append(self._rescaled(prf)[self.k].double())
+        return out
+
+    def _rescaled(self, prf: Tensor) -> Tensor:
+        base = self.scorer.baseline
+        if base is None:
+            return prf
+        return torch.stack([rescale(prf[i], base[i]) for i in range(3)])
+
+
+# --- matching on packed embeddings --------------------------------------------------------------------------
+def match_blocks(packed: PackedEmbeddings, weight: Tensor, rows: Tensor, cols: Tensor, max_elements: int) -> Tensor:
+    """P, R, F ``[3, n, m]`` (float32, CPU) of texts ``rows`` ``[n]`` against texts ``cols`` ``[m]`` of ``packed``.
+
+    Rows and columns are sorted by length and tiled so that a tile holds at most ``max_elements`` cosine
+    entries; each tile is one cosine matrix ``[a·Lc, b·Lr]`` viewed as ``[a·b, Lc, Lr]``.
+    """
+    n, m = len(rows), len(cols)
+    out = torch.zeros((3, n, m))
+    if not n or not m:
+        return out
+    device = packed.flat.device
+    lengths = packed.lengths.cpu()
+    d = int(packed.flat.shape[-1])
+    r_order = torch.argsort(lengths[rows], descending=True, stable=True)  # longest first: a tile's first
+    c_order = torch.argsort(lengths[cols], descending=True, stable=True)  # text sets its padded length
+    r_len, c_len = lengths[rows][r_order], lengths[cols][c_order]
+    mb = max(1, min(m, max_elements // max(1, int(r_len[0]) * int(c_len[0]))))
+    for j0 in range(0, m, mb):
+        cj = c_order[j0 : j0 + mb]
+        lr = int(c_len[j0])
+        re, rm, rw = packed.gather(cols[cj].to(device), weight, lr)
+        b = len(cj)
+        i0 = 0
+        while i0 < n:
+            lc = int(r_len[i0])
+            a = max(1, min(n - i0, max_elements // max(1, lc * lr * b)))
+            ri = r_order[i0 : i0 + a]
+            ce, cm, cw = packed.gather(rows[ri].to(device), weight, lc)
+            a = len(ri)
+            sim = cosine_matrix(
+                ce.reshape(1, a * lc, d),
+                re.reshape(1, b * lr, d),
+                cm.reshape(1, -1),
+                rm.reshape(1, -1),
+                normalized=True,
+            )
+            sim = sim.view(a, lc, b, lr).transpose(1, 2).reshape(a * b, lc, lr)
+            cmask = cm.unsqueeze(1).expand(a, b, lc).reshape(-1, lc)
+            rmask = rm.unsqueeze(0).expand(a, b, lr).reshape(-1, lr)
+            matches = greedy_match(sim, cmask, rmask)
+            p, r, f = precision_recall_f(
+                matches.cand_sim,
+                matches.ref_sim,
+                cw.unsqueeze(1).expand(a, b, lc).reshape(-1, lc),
+                rw.unsqueeze(0).expand(a, b, lr).reshape(-1, lr),
+            )
+            tile = torch.stack((p, r, f)).view(3, a, b).float().cpu()
+            out[:, ri.unsqueeze(1), cj.unsqueeze(0)] = tile
+            i0 += a
+    return out
+
+
+def aggregate_prf(
+    packed: PackedEmbeddings, weight: Tensor, rows: Tensor, cols: Tensor, ref_weights: Tensor, max_elements: int
+) -> Tensor:
+    """P, R, F ``[3, n]`` (float32, CPU) of texts ``rows`` against the bag of texts ``cols`` weighted by
+    ``ref_weights`` ``[m]`` (summing to 1): see the module docstring."""
+    n = len(rows)
+    out = torch.zeros((3, n))
+    if not n or not len(cols):
+        return out
+    device = packed.flat.device
+    w = ref_weights.to(device=device, dtype=torch.float32)
+    re, rm, rw = packed.gather(cols.to(device), weight)  # [m, L, d], [m, L], [m, L]
+    steps = torch.arange(re.shape[1], device=device)
+    positions = (packed.offsets[cols.to(device)].unsqueeze(1) + steps).masked_fill(~rm, 0)
+    token_ids = packed.token_ids[positions]  # [m, L]
+    totals = rw.sum(1, keepdim=True)  # [m, 1]
+    share = torch.where(totals > 0, rw / torch.where(totals > 0, totals, torch.ones_like(totals)), 0.0)
+    mass = (w.unsqueeze(1) * share)[rm]  # [N] over all real tokens
+    occurrence = w.unsqueeze(1).expand_as(rw)[rm]
+    types, inverse = torch.unique(token_ids[rm], return_inverse=True)
+    d = re.shape[-1]
+    bag = torch.zeros((len(types), d), device=device).index_add_(0, inverse, re[rm].float() * occurrence.unsqueeze(1))
+    bag_mass = torch.zeros(len(types), device=device).index_add_(0, inverse, mass)
+    keep = torch.zeros(len(types), device=device).index_add_(0, inverse, occurrence) > 0
+    bag, bag_mass = bag[keep], bag_mass[keep]
+    nonempty = float(w[totals.squeeze(1) > 0].sum())
+    if not len(bag):
+        return out
+    lengths = packed.lengths.cpu()
+    order = torch.argsort(lengths[rows], descending=True, stable=True)
+    k = len(bag)
+    i0 = 0
+    while i0 < n:
+        lc = int(lengths[rows[order[i0]]])
+        a = max(1, min(n - i0, max_elements // max(1, lc * k)))
+        idx = order[i0 : i0 + a]
+        ce, cm, cw = packed.gather(rows[idx].to(device), weight, lc)
+        sim = cosine_matrix(ce.reshape(1, a * lc, d).float(), bag.unsqueeze(0), cm.reshape(1, -1), None)
+        matches = greedy_match(sim.view(a, lc, k), cm, None)
+        p, r, f = precision_recall_f(matches.cand_sim, matches.ref_sim, cw, bag_mass.expand(a, k))
+        out[:, idx] = torch.stack((p, r, f)).float().cpu() * nonempty
+        i0 += a
+    return out
