@@ -22,6 +22,7 @@ from .mbr import (
 from .ngram_utility import BLEU, BLEUConfig, ChrF, ChrFConfig
 from .registry import UTILITIES, UtilityLike, get_utility, register_utility
 from .reranker import NBestReranker, RerankResult, expected_utility
+from .sampling import Samples, SamplingConfig, filter_logits, native_bf16, sample_ids
 from .utility import CallableUtility, Session, Utility
 
 __all__ = [
@@ -42,17 +43,22 @@ __all__ = [
     "NBestReranker",
     "Prune",
     "RerankResult",
+    "Samples",
+    "SamplingConfig",
     "Session",
     "UTILITIES",
     "Utility",
     "UtilityLike",
     "agreement",
     "expected_utility",
+    "filter_logits",
     "gain_share",
     "generate_and_rerank",
     "get_method",
     "get_utility",
     "mbr",
+    "native_bf16",
     "register_utility",
+    "sample_ids",
     "sequence_scores",
 ]
