@@ -335,7 +335,7 @@ def _ranked(primary: Tensor, secondary: Tensor | None = None) -> list[int]:
 
 
 def _exact(session: Session, sources: list[_Source], meth: Exact, keep: bool, bar: tqdm) -> list[tuple]:
-    out: list[tuple] = [None] * len(sources)
+    out: list[tuple] = [()] * len(sources)
     for chunk in _chunks([len(x.hyps) * len(x.refs) for x in sources], meth.max_pairs):
         for s, u in zip(chunk, session.full(chunk)):
             x = sources[s]
@@ -356,7 +356,7 @@ def _aggregate_all(session: Session, chunk: list[int], sources: list[_Source]) -
 
 
 def _aggregate(session: Session, sources: list[_Source], meth: Aggregate, bar: tqdm) -> list[tuple]:
-    out: list[tuple] = [None] * len(sources)
+    out: list[tuple] = [()] * len(sources)
     for chunk in _chunks([len(x.hyps) + len(x.refs) for x in sources], meth.max_texts):
         for s, v in zip(chunk, _aggregate_all(session, chunk, sources)):
             e = v[sources[s].h_inv]
@@ -366,7 +366,7 @@ def _aggregate(session: Session, sources: list[_Source], meth: Aggregate, bar: t
 
 
 def _aggregate_exact(session: Session, sources: list[_Source], meth: AggregateExact, bar: tqdm) -> list[tuple]:
-    out: list[tuple] = [None] * len(sources)
+    out: list[tuple] = [()] * len(sources)
     for chunk in _chunks([len(x.hyps) + len(x.refs) for x in sources], meth.max_texts):
         agg = _aggregate_all(session, chunk, sources)
         tops = []
@@ -385,7 +385,7 @@ def _aggregate_exact(session: Session, sources: list[_Source], meth: AggregateEx
 
 
 def _prune(session: Session, sources: list[_Source], meth: Prune, bar: tqdm) -> list[tuple]:
-    out: list[tuple] = [None] * len(sources)
+    out: list[tuple] = [()] * len(sources)
     gen = torch.Generator().manual_seed(meth.seed)
     for chunk in _chunks([len(x.hyps) + len(x.refs) for x in sources], meth.max_texts):
         states = [_PruneState(sources[s], meth, gen) for s in chunk]

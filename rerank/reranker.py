@@ -274,11 +274,15 @@ class NBestReranker:
                     scores=final[order].tolist(),
                     bertscore=b[order].tolist(),
                     model_scores=None if ms is None else ms[order].tolist(),
-                    utility=utils[s].float() if return_utility and utils[s] is not None else None,
+                    utility=_as_float(utils[s]) if return_utility else None,
                     evaluations=evaluations[s],
                 )
             )
         return results
+
+
+def _as_float(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.float()
 
 
 def expected_utility(

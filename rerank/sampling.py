@@ -268,9 +268,9 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
                 rows = _decode_batch(
                     model, srcs, batch, config, pad, start, eos_t, banned, forced_bos, forced_eos, min_new, generator
                 )
-                for s, seq, score in rows:
-                    sequences[s].append(seq)
-                    scores[s].append(score)
+                for owner, seq, score in rows:
+                    sequences[owner].append(seq)
+                    scores[owner].append(score)
     finally:
         model.train(was_training)
     seconds = time.perf_counter() - t0

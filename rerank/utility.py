@@ -96,7 +96,7 @@ class CallableUtility(Utility):
         if not callable(fn):
             raise TypeError(f"a utility must be callable as fn(hypotheses, pseudo_references), got {type(fn).__name__}")
         self.fn = fn
-        self.name = name or getattr(fn, "__name__", "callable")
+        self.name = name or str(getattr(fn, "__name__", None) or "callable")
 
     def session(
         self, hypotheses: list[list[str]], references: list[list[str]], reference_counts: Sequence[Tensor] | None = None
