@@ -209,10 +209,14 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
             assert len(out) == len(nmt.read_lines(src))
 
 
-def test_mbr_chrf_picks_the_consensus(recipe):
+def test_stage3_mbr_chrf_is_the_registry_utility(recipe):
+    from rerank import ChrF, mbr
+
     cands = ["a dog runs on the grass", "a dog runs on grass", "a cat sleeps", "a dog is running on the grass"]
-    assert recipe.mbr_chrf(cands) in (0, 1)
-    assert recipe.mbr_chrf(["only one"]) == 0
+    utility = recipe.mbr_utility("chrf")
+    assert isinstance(utility, ChrF)
+    assert mbr([cands], utility=utility)[0].best_index in (0, 1)
+    assert mbr([["only one"]], utility=utility)[0].best_index == 0
 
 
 def test_mbr_pools_leave_one_out_is_the_rerankers_mbr_and_picks_come_from_their_pools():
