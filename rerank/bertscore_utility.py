@@ -140,7 +140,7 @@ class _BERTScoreSession(Session):
             self._emb = None  # free the previous chunk first
             hyps = [self.hypotheses[s] for s in sources]
             refs = [self.references[s] for s in sources]
-            self._emb, self._key = _Embedded(self.scorer, hyps, refs, None), key
+            self._emb, self._key = _Embedded(self.scorer, hyps, refs, False), key
         return self._emb
 
     def blocks(self, sources: Sequence[int], rows: Sequence[Tensor], cols: Sequence[Tensor]) -> list[Tensor]:

@@ -464,3 +464,19 @@ def test_cli_utility_and_method(tmp_path, capsys, tiny_bert_dir, tiny_scorer):
         run_cli([*tsv, "--utility", "bleu", "--measure", "p"])
     with pytest.raises(UsageError, match="--method apply to --mbr only"):
         run_cli(["--tsv", str(tmp_path / "nbest.tsv"), "-r", str(tmp_path / "nbest.tsv"), "--method", "prune"])
+
+
+@pytest.mark.slow
+def test_rerank_doc_snippet_runs_as_written(tmp_path):
+    """docs/rerank.md's marked block, as a script in a fresh interpreter; its printed chrF matrix is sacrebleu's."""
+    from .test_docs import marked_blocks, run_script
+
+    (code,) = [c for name, _, c in marked_blocks() if name == "rerank.md"]
+    done = run_script(code, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    printed = [float(x) for x in lines[0].split("[[")[1].split("]]")[0].split(",")]
+    want = [sacrebleu.sentence_chrf("a man rides a bike", [r]).score for r in ("a man is riding a bike", "two dogs")]
+    assert printed == pytest.approx(want, abs=1e-4)
+    assert lines[1].startswith("bertscore-f [") and lines[2].startswith("chrf [") and lines[3].startswith("bleu [")
+    assert lines[-1] == "a man rides a bike"
