@@ -7,18 +7,21 @@
   equal the engine's values (tests).
 
 **Reference aggregation** (the BERTScore analogue of Vamvas & Sennrich 2024): the pseudo-references of a
-source are summarised by one bag of token vectors, one per distinct token id: the mean of that token's
-contextual embeddings over all its occurrences in the pseudo-references, each occurrence weighted by
-its pseudo-reference's expectation weight ``w_j``. The bag token's mass is the sum over those
-occurrences of ``w_j * ŵ_t``, where ``ŵ_t`` is the token's BERTScore weight (IDF or 1, 0 for special
-tokens) normalised within its pseudo-reference. A hypothesis is matched once against the bag with the
-usual greedy matching: recall = mass-weighted mean over bag tokens of their best cosine with a
-hypothesis token, precision = weighted mean over hypothesis tokens of their best cosine with a bag
-token, F their harmonic mean; all three are scaled by the weight of non-empty pseudo-references (an
-empty one scores 0 in the exact expectation). With context-free embeddings (every occurrence of a
-token the same vector) the recall equals the exact expected recall; precision takes the best match
-over the whole bag (an upper bound of each hypothesis token's expected best match), so it is an
-approximation, and so is F.
+source are summarised by one bag of token vectors, one per distinct token id ``τ``: the mean of that
+token's contextual embeddings over all its occurrences in the pseudo-references, each occurrence weighted
+by its pseudo-reference's expectation weight ``w_j``. Each bag token has a *mass*, the sum over its
+occurrences of ``w_j * ŵ_t`` (``ŵ_t``: the token's BERTScore weight, IDF or 1 and 0 for special tokens,
+normalised within its pseudo-reference), and a *presence* ``q_τ = sum_j w_j [τ occurs in r_j]``. A
+hypothesis is scored once against the bag:
+
+* recall = mass-weighted mean over bag tokens of their best cosine with a hypothesis token
+  (``greedy_match``); with context-free embeddings this is the exact expected recall;
+* precision = weighted mean over hypothesis tokens ``s`` of their *expected* best cosine in one
+  pseudo-reference, under independent presence of the bag tokens: with the bag tokens sorted by
+  ``cos(s, ·)`` descending, ``sum_k cos_k q_k prod_{l<k} (1 - q_l)``, normalised by the probability that
+  any is present;
+* F = their harmonic mean; all three are scaled by the weight of the non-empty pseudo-references (an
+  empty one scores 0 in the exact expectation) and rescaled like the exact values.
 """
 
 from __future__ import annotations
@@ -232,34 +235,45 @@ def aggregate_prf(
     device = packed.flat.device
     w = ref_weights.to(device=device, dtype=torch.float32)
     re, rm, rw = packed.gather(cols.to(device), weight)  # [m, L, d], [m, L], [m, L]
-    steps = torch.arange(re.shape[1], device=device)
+    m, length, d = re.shape
+    steps = torch.arange(length, device=device)
     positions = (packed.offsets[cols.to(device)].unsqueeze(1) + steps).masked_fill(~rm, 0)
     token_ids = packed.token_ids[positions]  # [m, L]
     totals = rw.sum(1, keepdim=True)  # [m, 1]
     share = torch.where(totals > 0, rw / torch.where(totals > 0, totals, torch.ones_like(totals)), 0.0)
     mass = (w.unsqueeze(1) * share)[rm]  # [N] over all real tokens
     occurrence = w.unsqueeze(1).expand_as(rw)[rm]
+    owner = torch.arange(m, device=device).unsqueeze(1).expand_as(rw)[rm]
     types, inverse = torch.unique(token_ids[rm], return_inverse=True)
-    d = re.shape[-1]
-    bag = torch.zeros((len(types), d), device=device).index_add_(0, inverse, re[rm].float() * occurrence.unsqueeze(1))
-    bag_mass = torch.zeros(len(types), device=device).index_add_(0, inverse, mass)
-    keep = torch.zeros(len(types), device=device).index_add_(0, inverse, occurrence) > 0
-    bag, bag_mass = bag[keep], bag_mass[keep]
+    k = len(types)
+    bag = torch.zeros((k, d), device=device).index_add_(0, inverse, re[rm].float() * occurrence.unsqueeze(1))
+    bag_mass = torch.zeros(k, device=device).index_add_(0, inverse, mass)
+    pairs = torch.unique(owner * k + inverse)  # (pseudo-reference, bag token) present
+    presence = torch.zeros(k, device=device).index_add_(0, pairs % k, w[pairs // k])
+    keep = presence > 0
+    bag, bag_mass, presence = bag[keep], bag_mass[keep], presence[keep]
     nonempty = float(w[totals.squeeze(1) > 0].sum())
-    if not len(bag):
+    k = len(bag)
+    if not k:
         return out
     lengths = packed.lengths.cpu()
     order = torch.argsort(lengths[rows], descending=True, stable=True)
-    k = len(bag)
     i0 = 0
     while i0 < n:
         lc = int(lengths[rows[order[i0]]])
         a = max(1, min(n - i0, max_elements // max(1, lc * k)))
         idx = order[i0 : i0 + a]
         ce, cm, cw = packed.gather(rows[idx].to(device), weight, lc)
-        sim = cosine_matrix(ce.reshape(1, a * lc, d).float(), bag.unsqueeze(0), cm.reshape(1, -1), None)
-        matches = greedy_match(sim.view(a, lc, k), cm, None)
-        p, r, f = precision_recall_f(matches.cand_sim, matches.ref_sim, cw, bag_mass.expand(a, k))
+        a = ce.shape[0]
+        sim = cosine_matrix(ce.reshape(1, a * lc, d).float(), bag.unsqueeze(0), cm.reshape(1, -1), None).view(a, lc, k)
+        matches = greedy_match(sim, cm, None)  # ref_sim [a, K]: each bag token's best hypothesis token
+        ranked, by = torch.sort(sim, dim=-1, descending=True)  # [a, lc, K]
+        q = presence[by]
+        before = torch.cumprod(torch.cat([torch.ones_like(q[..., :1]), 1 - q[..., :-1]], dim=-1), dim=-1)
+        best = q * before  # P(bag token k is the best one present in a pseudo-reference)
+        expected = (torch.nan_to_num(ranked, neginf=0.0) * best).sum(-1) / best.sum(-1).clamp_min(1e-12)
+        expected = expected.masked_fill(~cm, 0.0)
+        p, r, f = precision_recall_f(expected, matches.ref_sim, cw, bag_mass.expand(a, k))
         out[:, idx] = torch.stack((p, r, f)).float().cpu() * nonempty
         i0 += a
     return out

@@ -203,50 +203,56 @@ def test_bertscore_blocks_equal_the_engine(tiny_scorer, tmp_path, options):
 
 
 def test_bertscore_aggregation_by_hand(tiny_scorer):
-    """The pooled bag of pseudo-reference token vectors, recomputed with plain loops."""
+    """The pooled bag of pseudo-reference token vectors and the expected best match, recomputed with plain loops."""
     hyps = ["a man rides a bike", "two dogs", "", "the man in a red shirt"]
     refs = ["a man is riding a bike", "a man rides a red bike", "", "two men ride bikes"]
     w = torch.tensor([0.4, 0.3, 0.2, 0.1], dtype=torch.float64)
-    util = BERTScoreUtility(tiny_scorer, "f")
     got = {
         m: BERTScoreUtility(tiny_scorer, m).session([hyps], [refs]).aggregate([0], [torch.arange(4)], [w])[0]
         for m in ("p", "r", "f")
     }
-    packed, ids = tiny_scorer.embed(hyps + refs)
+    packed, _ = tiny_scorer.embed(hyps + refs)
     weight = tiny_scorer.weights(packed, None)
-    rows = [
-        (
-            packed.row(i),
-            packed.token_ids[packed.offsets[i] : packed.offsets[i] + packed.lengths[i]],
-            weight[packed.offsets[i] : packed.offsets[i] + packed.lengths[i]],
-        )
-        for i in range(len(hyps) + len(refs))
-    ]
+
+    def text(i: int):
+        a, b = int(packed.offsets[i]), int(packed.offsets[i] + packed.lengths[i])
+        return packed.row(i), packed.token_ids[a:b].tolist(), weight[a:b]
+
     vec: dict[int, torch.Tensor] = {}
     mass: dict[int, float] = {}
+    presence: dict[int, float] = {}
     for j in range(len(refs)):
-        e, tid, tw = rows[len(hyps) + j]
+        e, tid, tw = text(len(hyps) + j)
         total = float(tw.sum())
-        for t in range(len(tid)):
-            key = int(tid[t])
+        for t, key in enumerate(tid):
             vec[key] = vec.get(key, torch.zeros(e.shape[1])) + float(w[j]) * e[t]
             mass[key] = mass.get(key, 0.0) + (float(w[j]) * float(tw[t]) / total if total > 0 else 0.0)
+        for key in set(tid):
+            presence[key] = presence.get(key, 0.0) + float(w[j])
     keys = sorted(vec)
     bag = torch.stack([vec[k] / vec[k].norm() for k in keys])
-    bag_mass = torch.tensor([mass[k] for k in keys])
     nonempty = float(w[[0, 1, 3]].sum())
     for i in range(len(hyps)):
-        e, _, tw = rows[i]
+        e, _, tw = text(i)
         if float(tw.sum()) == 0:
             assert [float(got[m][i]) for m in "prf"] == [0.0, 0.0, 0.0]
             continue
         sim = (e / e.norm(dim=1, keepdim=True)) @ bag.t()  # [Lc, K]
-        p = float((sim.max(1).values * tw).sum() / tw.sum()) * nonempty
-        r = float((sim.max(0).values * bag_mass).sum() / bag_mass.sum()) * nonempty
+        expected = []
+        for row in sim.tolist():  # each hypothesis token: its expected best match in one pseudo-reference
+            ranked = sorted(zip(row, keys), reverse=True)
+            none_yet, num, den = 1.0, 0.0, 0.0
+            for c, key in ranked:
+                num += c * presence[key] * none_yet
+                den += presence[key] * none_yet
+                none_yet *= 1 - presence[key]
+            expected.append(num / den)
+        p = sum(x * float(v) for x, v in zip(expected, tw)) / float(tw.sum()) * nonempty
+        best_hyp = sim.max(0).values.tolist()
+        r = sum(b * mass[k] for b, k in zip(best_hyp, keys)) / sum(mass.values()) * nonempty
         assert float(got["p"][i]) == pytest.approx(p, abs=TOL)
         assert float(got["r"][i]) == pytest.approx(r, abs=TOL)
         assert float(got["f"][i]) == pytest.approx(2 * p * r / (p + r), abs=TOL)
-    assert util.supports_aggregation
 
 
 # --- methods ------------------------------------------------------------------------------------------------

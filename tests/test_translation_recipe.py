@@ -199,6 +199,13 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
         for utility in ("bertscore", "chrf"):
             chosen = nmt.read_lines(blind_out / f"smoke-{key}+mbr-{utility}.test_2016_flickr.en")
             assert len(chosen) == 5 and all(c in cands[i] for i, c in enumerate(chosen))
+    # Another method and utility list, and the plain generate sampler: other row names, the same checks.
+    other = recipe.stage3(
+        recipe.dataclasses.replace(
+            s3, name="agg", method="aggregate-exact", utilities=["chrf"], sampler="generate", blind=False
+        )
+    )["rows"]
+    assert set(other) == {"beam5-top1", "beam2-nbest+mbr-chrf-aggregate-exact", "eps3+mbr-chrf-aggregate-exact"}
     # The blind sets alone (scored: false): every decoder's output, one line per source line; scored rows kept.
     blind = recipe.stage3(recipe.dataclasses.replace(s3, name="blindonly", scored=False, blind=True))
     assert blind["rows"] == {} and not (tmp_path / "stage3" / "blindonly-stage3.json").exists()
