@@ -183,8 +183,10 @@ def test_bertscore_blocks_equal_the_engine(tiny_scorer, tmp_path, options):
     scorer = BERTScorer(tiny_scorer.config, encoder=tiny_scorer.encoder, **options)
     hyps = [random_texts(9, 10) + ["a man is riding a bike"], random_texts(4, 11)]
     refs = [random_texts(7, 12), random_texts(5, 13) + ["a man is riding a bike"]]
-    for measure, k in (("f", 2), ("p", 0), ("r", 1)):
-        session = BERTScoreUtility(scorer, measure).session(hyps, refs)
+    for (measure, k), engine in zip(
+        (("f", 2), ("p", 0), ("r", 1), ("p", 0)), ("tiles", "tiles", "tiles", "score_groups")
+    ):
+        session = BERTScoreUtility(scorer, measure, engine=engine).session(hyps, refs)
         full = session.full([0, 1])
         # the engine on every pair (IDF over all pseudo-references of the call, as score_groups)
         ref_scorer = (
@@ -200,6 +202,16 @@ def test_bertscore_blocks_equal_the_engine(tiny_scorer, tmp_path, options):
         rows, cols = [torch.tensor([3, 0, 9]), torch.tensor([2])], [torch.tensor([6, 1]), torch.tensor([0, 5, 3])]
         for u, s, r, c in zip(session.blocks([0, 1], rows, cols), (0, 1), rows, cols):
             assert torch.allclose(u, full[s][r][:, c], atol=TOL)
+        # hypotheses as their own pseudo-references: the upper triangle and its transpose (P and R swapped)
+        same = BERTScoreUtility(scorer, measure, engine=engine).session(hyps, hyps).full([0, 1])
+        own = (
+            scorer
+            if not options.get("idf")
+            else BERTScorer(scorer.config, encoder=scorer.encoder, idf_corpus=[t for h in hyps for t in h])
+        )
+        for s, h in enumerate(hyps):
+            want = own.score([a for a in h for _ in h], [b for _ in h for b in h])[k].double().view(len(h), len(h))
+            assert torch.allclose(same[s], want, atol=TOL)
 
 
 def test_bertscore_aggregation_by_hand(tiny_scorer):
