@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--mbrs-venv", type=Path, default=DEFAULT_VENV)
     ap.add_argument("--no-mbrs", action="store_true")
+    ap.add_argument(
+        "--bf16", action="store_true", help="also ours with the encoder in bfloat16 (approximate; native bf16 CPUs)"
+    )
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     quiet()
@@ -86,16 +89,20 @@ def main(argv: list[str] | None = None) -> int:
 
     lists = load(args.lists, args.sources)
     utility = BERTScoreUtility(BERTScorer(layer=args.layer, progress=False))
-    ours = {
+    ours: dict[str, dict[str, Any]] = {
         "ours exact (j = i counted, the mbrs rule)": {"method": "exact", "include_self": True},
         "ours exact (j != i)": {"method": "exact"},
         "ours aggregate": {"method": "aggregate"},
         "ours aggregate-exact (top 20)": {"method": AggregateExact(top_k=20)},
         "ours prune": {"method": "prune"},
     }
+    if args.bf16:
+        half = BERTScoreUtility(BERTScorer(layer=args.layer, progress=False, dtype="bfloat16"))
+        ours["ours exact (j = i counted), encoder bf16"] = {"method": "exact", "include_self": True, "utility": half}
+        ours["ours aggregate-exact (top 20), encoder bf16"] = {"method": AggregateExact(top_k=20), "utility": half}
     py = None if args.no_mbrs else ensure_mbrs_venv(args.mbrs_venv)
     for options in ours.values():  # warm-up
-        mbr(lists[:3], utility=utility, **options)
+        mbr(lists[:3], **{"utility": utility, **options})
     best: dict[str, float] = {}
     choices: dict[str, list[str]] = {}
     exact_self: list[torch.Tensor] = []
@@ -103,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         for name, options in ours.items():
             t0 = time.perf_counter()
-            res = mbr(lists, utility=utility, progress=False, **options)
+            res = mbr(lists, progress=False, **{"utility": utility, **options})
             best[name] = min(best.get(name, float("inf")), time.perf_counter() - t0)
             choices[name] = [r.best for r in res]
-            if options.get("include_self"):
+            if options.get("include_self") and "utility" not in options:
                 exact_self = [r.expected for r in res]
         if py is not None:
             info = run_mbrs(py, lists, args)

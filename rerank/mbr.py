@@ -61,13 +61,16 @@ def _positive_int(value: object, what: str) -> None:
 
 @dataclass(frozen=True)
 class Exact:
-    """Exact MBR. ``max_pairs``: distinct (hypothesis, pseudo-reference) pairs per utility call."""
+    """Exact MBR. Sources are grouped so that one utility call holds at most ``max_pairs`` distinct
+    (hypothesis, pseudo-reference) pairs and ``max_texts`` distinct texts (bounds memory)."""
 
     max_pairs: int = 1 << 22
+    max_texts: int = 8192
     name: ClassVar[str] = "exact"
 
     def __post_init__(self) -> None:
         _positive_int(self.max_pairs, "Exact.max_pairs")
+        _positive_int(self.max_texts, "Exact.max_texts")
 
 
 @dataclass(frozen=True)
@@ -285,17 +288,20 @@ def mbr(
 
 
 # --- the methods ------------------------------------------------------------------------------------------
-def _chunks(sizes: Sequence[int], budget: int) -> list[list[int]]:
-    """Consecutive groups of indices whose sizes sum to at most ``budget`` (at least one index per group)."""
+def _chunks(sizes: Sequence[int], budget: int, sizes2: Sequence[int] = (), budget2: int = 0) -> list[list[int]]:
+    """Consecutive groups of indices whose sizes sum to at most ``budget`` (and ``sizes2`` to ``budget2``,
+    when given); at least one index per group."""
     groups: list[list[int]] = []
-    total = 0
+    total = total2 = 0
     for i, size in enumerate(sizes):
-        if groups and total + size <= budget:
+        size2 = sizes2[i] if sizes2 else 0
+        if groups and total + size <= budget and (not sizes2 or total2 + size2 <= budget2):
             groups[-1].append(i)
             total += size
+            total2 += size2
         else:
             groups.append([i])
-            total = size
+            total, total2 = size, size2
     return groups
 
 
@@ -336,7 +342,8 @@ def _ranked(primary: Tensor, secondary: Tensor | None = None) -> list[int]:
 
 def _exact(session: Session, sources: list[_Source], meth: Exact, keep: bool, bar: tqdm) -> list[tuple]:
     out: list[tuple] = [()] * len(sources)
-    for chunk in _chunks([len(x.hyps) * len(x.refs) for x in sources], meth.max_pairs):
+    pairs = [len(x.hyps) * len(x.refs) for x in sources]
+    for chunk in _chunks(pairs, meth.max_pairs, [len(x.hyps) + len(x.refs) for x in sources], meth.max_texts):
         for s, u in zip(chunk, session.full(chunk)):
             x = sources[s]
             x.evaluations += u.numel()

@@ -344,8 +344,9 @@ def test_exact_equals_brute_force(name, tiny_scorer):
 def test_exact_chunking_and_single_hypothesis():
     hyps = lists_with_duplicates(2, sources=4)
     base = mbr(hyps, utility="chrf")
-    for result, chunked in zip(base, mbr(hyps, utility="chrf", method=Exact(max_pairs=1))):
-        assert torch.equal(result.expected, chunked.expected) and result.order == chunked.order
+    for method in (Exact(max_pairs=1), Exact(max_texts=1)):
+        for result, chunked in zip(base, mbr(hyps, utility="chrf", method=method)):
+            assert torch.equal(result.expected, chunked.expected) and result.order == chunked.order
     alone = mbr([["a man rides"]], utility="chrf")[0]
     assert alone.best_index == 0 and float(alone.expected[0]) == pytest.approx(100.0)
 
