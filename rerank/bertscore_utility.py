@@ -261,7 +261,9 @@ def match_blocks(
                 if j0 != i0:
                     out[:, cj.unsqueeze(1), ri.unsqueeze(0)] = tile[[1, 0, 2]].transpose(1, 2)
         return out
-    mb = max(1, min(m, max_elements // max(1, int(r_len[0]) * int(c_len[0]))))
+    # columns in tiles of about the square root of the budget (in pairs of the longest texts), each padded
+    # to its own longest; rows tiled to fill the budget
+    mb = max(1, min(m, math.isqrt(max(1, max_elements // max(1, int(r_len[0]) * int(c_len[0]))))))
     for j0 in range(0, m, mb):
         cj = c_order[j0 : j0 + mb]
         lr = int(c_len[j0])
