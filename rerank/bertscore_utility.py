@@ -27,6 +27,7 @@ hypothesis is scored once against the bag:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -35,6 +36,7 @@ from torch import Tensor
 
 from bertscore_loss import (
     BERTScorer,
+    BERTScoreWarning,
     PackedEmbeddings,
     cosine_matrix,
     greedy_match,
@@ -112,8 +114,19 @@ class _Embedded:
             torch.tensor([index.setdefault(t.strip(), len(index)) for t in r], dtype=torch.long) for r in refs
         ]
         self.packed: PackedEmbeddings
-        self.packed, _ = scorer.embed(list(index), progress=progress)
+        self.packed, ids = scorer.embed(list(index), progress=progress)
         self.weight = scorer.weights(self.packed, scorer.idf if scorer.config.idf else None)
+        special = scorer.encoder.special_ids
+        empty = torch.tensor([all(t in special for t in row) for row in ids], dtype=torch.bool)
+        eh = sum(int(empty[p].sum()) for p in self.hyp_pos)
+        er = sum(int(empty[p].sum()) for p in self.ref_pos)
+        if eh or er:
+            warnings.warn(
+                f"{eh} empty hypothesis text(s) and {er} empty pseudo-reference text(s) (distinct texts): their pairs "
+                "score P = R = F = 0 before rescaling",
+                BERTScoreWarning,
+                stacklevel=6,
+            )
 
 
 class _BERTScoreSession(Session):
