@@ -441,7 +441,7 @@ def stage3(cfg: Stage3Config) -> dict:
                     epsilon=cfg.epsilon,
                     precision=precision,
                     token_budget=cfg.token_budget,
-                    seed=cfg.seed,
+                    seed=cfg.seed + n,
                 )
             else:
                 samples = nmt.translate(
