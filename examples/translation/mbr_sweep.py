@@ -3,7 +3,7 @@
     # a model folder (HF Marian + spm.model) from a stage-1 run's per-epoch weights (default: the latest)
     python examples/translation/mbr_sweep.py export --stage1 runs/multi30k/converged/stage1 --out runs/mbr/model
     # beam 5 and n in {32, 64, 128, 256} samples (epsilon 0.02), exact MBR and every approximation,
-    # BERTScore and chrF utilities: runs/mbr/val/sweep.{json,md}
+    # BERTScore and chrF utilities: runs/mbr/val/sweep.{json,md} (--tag NAME: sweep-NAME.{json,md})
     python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split val --run runs/mbr/val
     # the reranking time where the n^2 part dominates: n = 512 and 1,024 on 100 sources
     python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split test_2016_flickr --limit 100 \\
@@ -248,8 +248,9 @@ def sweep(args: argparse.Namespace) -> dict:
         "oracle_bertscore_f": oracle,
         "rows": rows,
     }
-    (run / "sweep.json").write_text(json.dumps(result, indent=1))
-    (run / "sweep.md").write_text(markdown(result))
+    name = f"sweep-{args.tag}" if args.tag else "sweep"
+    (run / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (run / f"{name}.md").write_text(markdown(result))
     return result
 
 
@@ -349,6 +350,7 @@ def main(argv: list[str] | None = None) -> None:
     ps.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256])
     ps.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     ps.add_argument("--repeats", type=int, default=1, help="alternating reranking rounds; the fastest is kept")
+    ps.add_argument("--tag", default="", help="write sweep-<tag>.{json,md} (other settings on the same lists)")
     pb = sub.add_parser("blind", help="blind outputs: beam 5 top-1 and the n-sample MBR decoders")
     common(pb)
     pb.add_argument("--n", type=int, default=256)
