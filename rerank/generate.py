@@ -1,4 +1,5 @@
-"""Hugging Face ``generate`` integration: n sequences per input, their scores, decoding and reranking."""
+"""Hugging Face ``generate`` integration: n sequences per input (``model.generate`` or :func:`rerank.sample_ids`),
+their scores, decoding and reranking."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .mbr import Method
 from .reranker import Expectation, Measure, NBestReranker, RerankResult
+from .sampling import SamplingConfig, sample_ids
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +75,7 @@ def generate_and_rerank(
     inputs: str | Sequence[str] | Mapping[str, Tensor],
     reranker: NBestReranker,
     *,
-    num_return_sequences: int = 4,
+    num_return_sequences: int | None = None,
     references: Sequence[str] | Sequence[Sequence[str]] | None = None,
     mbr: bool | None = None,
     weight: float | None = None,
@@ -81,9 +84,12 @@ def generate_and_rerank(
     expectation: Expectation | None = None,
     temperature: float | None = None,
     max_input_length: int | None = None,
+    sampling: SamplingConfig | None = None,
+    method: Method | str | None = None,
     **generate_kwargs: Any,
 ) -> GenerateRerankOutput:
-    """Generate ``num_return_sequences`` candidates per input with ``model.generate``, decode and rerank them.
+    """Generate ``num_return_sequences`` candidates per input (default 4) with ``model.generate``, decode and
+    rerank them.
 
     ``model``: a seq2seq (``config.is_encoder_decoder``) or causal LM; ``inputs``: text(s), tokenised
     here (left padding for causal LMs), or a mapping with ``input_ids`` ``[B, L]`` (and
@@ -93,8 +99,27 @@ def generate_and_rerank(
     against ``references`` (one per input) or by MBR among themselves (``mbr``: None = MBR exactly
     when no references are given). ``weight``, ``measure``, ``include_self``, ``expectation`` and
     ``temperature`` are passed to :meth:`NBestReranker.rerank` with the model scores of
-    :func:`sequence_scores`.
+    :func:`sequence_scores`; ``method`` (MBR: ``"exact"``, ``"aggregate"`` …) too.
+
+    ``sampling``: draw the candidates with :func:`rerank.sample_ids` instead (encoder-decoder models: the
+    source encoded once per batch, finished samples leave the batch, token-budgeted batches, bf16 where
+    native); ``sampling.num_samples`` candidates per input, scored the same way. ``generate_kwargs`` do
+    not apply then.
     """
+    if sampling is not None:
+        if generate_kwargs:
+            raise ValueError(
+                f"sampling= draws with rerank.sample_ids: generate kwargs {sorted(generate_kwargs)} do not apply"
+            )
+        if num_return_sequences is not None and num_return_sequences != sampling.num_samples:
+            raise ValueError(
+                f"num_return_sequences={num_return_sequences} but sampling.num_samples={sampling.num_samples}: give one"
+            )
+        num_return_sequences = sampling.num_samples
+        if not getattr(model.config, "is_encoder_decoder", False):
+            raise ValueError("sampling= needs an encoder-decoder model; sample a causal LM with do_sample=True instead")
+    if num_return_sequences is None:
+        num_return_sequences = 4
     if num_return_sequences < 1:
         raise ValueError(f"num_return_sequences must be at least 1, got {num_return_sequences}")
     if mbr is None:
@@ -147,20 +172,30 @@ def generate_and_rerank(
     if references is not None and len(references) != n_inputs:
         raise ValueError(f"got {n_inputs} inputs but {len(references)} references: the lengths must match")
 
-    generate_kwargs.setdefault("pad_token_id", pad_id)
-    generate_kwargs.setdefault("output_logits", True)
-    with torch.no_grad():
-        out = model.generate(
-            **batch,
-            num_return_sequences=num_return_sequences,
-            return_dict_in_generate=True,
-            output_scores=True,
-            **generate_kwargs,
-        )
-    scores = sequence_scores(model, out, _eos_ids(model, generate_kwargs))
-    prompt_len = 0 if is_seq2seq else int(batch["input_ids"].shape[1])
-    decoded = [t.strip() for t in tokenizer.batch_decode(out.sequences[:, prompt_len:], skip_special_tokens=True)]
     n = num_return_sequences
+    if sampling is not None:
+        ids = batch["input_ids"].cpu()
+        keep = batch.get("attention_mask", torch.ones_like(batch["input_ids"])).cpu().bool()
+        drawn = sample_ids(model, [row[m].tolist() for row, m in zip(ids, keep)], sampling)
+        decoded = [
+            t.strip()
+            for t in tokenizer.batch_decode([q for qs in drawn.sequences for q in qs], skip_special_tokens=True)
+        ]
+        scores = torch.tensor([x for xs in drawn.scores for x in xs])
+    else:
+        generate_kwargs.setdefault("pad_token_id", pad_id)
+        generate_kwargs.setdefault("output_logits", True)
+        with torch.no_grad():
+            out = model.generate(
+                **batch,
+                num_return_sequences=num_return_sequences,
+                return_dict_in_generate=True,
+                output_scores=True,
+                **generate_kwargs,
+            )
+        scores = sequence_scores(model, out, _eos_ids(model, generate_kwargs))
+        prompt_len = 0 if is_seq2seq else int(batch["input_ids"].shape[1])
+        decoded = [t.strip() for t in tokenizer.batch_decode(out.sequences[:, prompt_len:], skip_special_tokens=True)]
     if len(decoded) != n_inputs * n:
         raise ValueError(f"generate returned {len(decoded)} sequences for {n_inputs} inputs x {n}")
     candidates = [decoded[i * n : (i + 1) * n] for i in range(n_inputs)]
@@ -175,5 +210,6 @@ def generate_and_rerank(
         include_self=include_self,
         expectation=expectation,
         temperature=temperature,
+        method=method,
     )
     return GenerateRerankOutput([r.best for r in results], candidates, model_scores, results)

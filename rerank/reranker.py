@@ -1,4 +1,5 @@
-"""N-best reranking with BERTScore: reference-based and minimum-Bayes-risk (MBR), in batch.
+"""N-best reranking with BERTScore (or any utility of the registry): reference-based and minimum-Bayes-risk
+(MBR), in batch.
 
 Shapes: ``S`` sources, ``n`` candidates of one source, ``m`` references (or pseudo-references) of one
 source, ``L`` tokens of one text, ``d`` hidden size.
@@ -28,6 +29,11 @@ from bertscore_loss import (
 )
 from bertscore_loss.validation import check_lists, check_references
 
+from .bertscore_utility import BERTScoreUtility
+from .mbr import Aggregate, Exact, Method, get_method, mbr
+from .registry import UtilityLike, get_utility
+from .utility import Utility
+
 __all__ = ["Expectation", "Measure", "NBestReranker", "RerankResult", "expected_utility"]
 
 logger = logging.getLogger(__name__)
@@ -41,10 +47,12 @@ class RerankResult:
     """The reranked candidate list of one source.
 
     ``indices``: the candidates' input indices best-first (ties: lowest index first); ``candidates``,
-    ``scores`` (final score), ``bertscore`` (the BERTScore part: F/P/R against the reference(s), or
-    the MBR expected utility) and ``model_scores`` are aligned with ``indices``. ``utility``: the
-    ``[n, m]`` matrix of the chosen measure (rescaled if the scorer rescales) with rows and columns in
-    input order — against each reference, or U[i, j] against pseudo-reference j in MBR — when asked for.
+    ``scores`` (final score), ``bertscore`` (the utility part: BERTScore F/P/R — or the reranker's
+    utility — against the reference(s), or the MBR method's expected utility) and ``model_scores`` are
+    aligned with ``indices``. ``utility``: the ``[n, m]`` utility matrix (for BERTScore the chosen
+    measure, rescaled if the scorer rescales) with rows and columns in input order — against each
+    reference, or U[i, j] against pseudo-reference j in exact MBR — when asked for. ``evaluations``:
+    utility evaluations spent on this source in MBR.
     """
 
     best_index: int
@@ -55,14 +63,20 @@ class RerankResult:
     bertscore: list[float]
     model_scores: list[float] | None = None
     utility: Tensor | None = None
+    evaluations: int | None = None
 
 
 class NBestReranker:
-    """Rerank candidate lists by BERTScore against references or by MBR, many sources per call.
+    """Rerank candidate lists by BERTScore (or another utility) against references or by MBR, many sources
+    per call.
 
     Configure it like :class:`bertscore_loss.BERTScorer` (a ``ScorerConfig`` and/or its fields as
     keywords: ``model``, ``layer``, ``idf``, ``rescale``, ``baseline``, ``device``, ``dtype``,
     ``max_elements`` …), or pass an existing ``scorer`` (or ``encoder``) to share its model.
+    ``utility``: None = BERTScore with that scorer; or a name of :data:`rerank.UTILITIES` (``"chrf"``,
+    ``"bleu"`` …; ``"bertscore"`` uses the reranker's scorer), a :class:`rerank.Utility` or a function
+    ``fn(hypotheses, references) -> [n, m]``. A reranker with another utility and no scorer settings
+    loads no BERTScore model. ``method``: the MBR method (:func:`rerank.mbr`), ``"exact"`` by default.
 
     Defaults of :meth:`rerank`, overridable per call: ``measure`` (``"f1"``, ``"precision"`` or ``"recall"``),
     ``include_self`` (MBR: whether U[i, i] counts), ``expectation`` (MBR: ``"uniform"`` or ``"model"``
@@ -86,11 +100,21 @@ class NBestReranker:
         expectation: Expectation = "uniform",
         temperature: float = 1.0,
         weight: float = 0.0,
+        utility: UtilityLike | None = None,
+        method: Method | str = "exact",
         **fields: Any,
     ) -> None:
-        self.scorer = scorer_from(
-            scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="NBestReranker", **fields
-        )
+        settings = config is not None or bool(fields) or encoder is not None or idf_corpus is not None
+        bertscore = utility is None or (isinstance(utility, str) and utility.strip().lower() == "bertscore")
+        self.scorer: BERTScorer | None = None
+        if scorer is not None or bertscore or settings:  # scorer= or its settings, both an error (scorer_from)
+            self.scorer = scorer_from(
+                scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="NBestReranker", **fields
+            )
+        self._utility: Utility | None = None if bertscore else get_utility(utility)  # type: ignore[arg-type]
+        if isinstance(self._utility, BERTScoreUtility) and (settings or scorer is not None):
+            raise ValueError("NBestReranker: a BERTScoreUtility brings its own scorer: pass no scorer or settings")
+        self.method: Method = get_method(method)
         _check_options(measure, expectation, temperature, weight)
         self.measure: Measure = measure
         self.include_self = bool(include_self)
@@ -100,11 +124,23 @@ class NBestReranker:
 
     @property
     def config(self) -> ScorerConfig:
+        if self.scorer is None:
+            raise AttributeError(f"this reranker uses the {self.utility().name!r} utility and has no BERTScore scorer")
         return self.scorer.config
 
-    def signature(self) -> Signature:
-        """The scorer's signature (everything that determines the BERTScore part)."""
-        return self.scorer.signature()
+    def utility(self, measure: Measure | None = None) -> Utility:
+        """The utility of this reranker (BERTScore: of ``measure``, default the reranker's)."""
+        if self._utility is not None:
+            return self._utility
+        assert self.scorer is not None
+        return BERTScoreUtility(self.scorer, measure or self.measure)
+
+    def signature(self) -> Signature | str:
+        """Everything that determines the utility part: the scorer's signature, or the utility's."""
+        if self._utility is None:
+            assert self.scorer is not None
+            return self.scorer.signature()
+        return self._utility.signature()
 
     # --- the public call ----------------------------------------------------------------------
     def rerank(
@@ -121,6 +157,7 @@ class NBestReranker:
         expectation: Expectation | None = None,
         temperature: float | None = None,
         return_utility: bool = False,
+        method: Method | str | None = None,
     ) -> list[RerankResult]:
         """Rerank each source's candidate list; one :class:`RerankResult` per source, in input order.
 
@@ -137,6 +174,10 @@ class NBestReranker:
 
         ``model_scores``: per candidate, e.g. length-normalised log-probabilities; the final score is
         ``(1 - weight) * bertscore + weight * model_score``. Ties go to the lowest index.
+
+        ``method``: the MBR method for this call (default the reranker's; see :func:`rerank.mbr`); the
+        approximate ones rank by their own estimates (``weight`` > 0 needs ``"exact"`` or ``"aggregate"``,
+        ``return_utility`` needs ``"exact"``). ``measure`` applies to BERTScore only.
         """
         weight = self.weight if weight is None else float(weight)
         measure = self.measure if measure is None else measure
@@ -144,16 +185,17 @@ class NBestReranker:
         expectation = self.expectation if expectation is None else expectation
         temperature = self.temperature if temperature is None else float(temperature)
         _check_options(measure, expectation, temperature, weight)
+        meth = self.method if method is None else get_method(method)
 
         cands = _check_lists(candidates, "candidates")
         sizes = [len(c) for c in cands]
         mscores = None if model_scores is None else _check_scores(model_scores, sizes, "model_scores")
         if weight > 0 and mscores is None:
             raise ValueError(f"weight={weight} interpolates with model scores: pass model_scores=")
-        mbr = references is None
-        if not mbr and pseudo_references is not None:
+        mbr_mode = references is None
+        if not mbr_mode and pseudo_references is not None:
             raise ValueError("pass references= (reference-based) or pseudo_references= (MBR), not both")
-        if mbr:
+        if mbr_mode:
             if pseudo_references is None:
                 groups, gscores, separate = cands, mscores, False
                 if pseudo_scores is not None:
@@ -182,32 +224,56 @@ class NBestReranker:
 
         if not cands:
             return []
-        # IDF (when on and not fixed) over the (pseudo-)references of the call, each group's once
-        blocks = self.scorer.score_groups(cands, groups, reduce=False)
-        k = _MEASURES[measure]
-        utils = [b[k] for b in blocks]
-        if mbr:
-            use_weights = expectation == "model"
-            bert = [
-                expected_utility(
-                    u,
-                    gscores[s] if use_weights and gscores is not None else None,
-                    temperature,
-                    exclude_diagonal=not separate and not include_self,
+        utility = self.utility(measure)
+        evaluations: list[int | None] = [None] * len(cands)
+        if mbr_mode:
+            if weight > 0 and mscores is not None and not isinstance(meth, (Exact, Aggregate)):
+                raise ValueError(
+                    f"weight > 0 interpolates every candidate's expected utility: use method='exact' or 'aggregate', "
+                    f"not {meth.name!r}"
                 )
-                for s, u in enumerate(utils)
-            ]
-        else:
+            use_weights = expectation == "model"
+            found = mbr(
+                cands,
+                groups if separate else None,
+                utility=utility,
+                method=meth,
+                log_weights=gscores if use_weights else None,
+                temperature=temperature,
+                include_self=include_self,
+                return_utility=return_utility,
+            )
+            bert = [r.expected for r in found]
+            utils = [r.utility for r in found]
+            orders: list[list[int] | None] = [r.order for r in found]
+            evaluations = [r.evaluations for r in found]
+        elif self._utility is None:
+            # IDF (when on and not fixed) over the references of the call, each group's once
+            assert self.scorer is not None
+            blocks = self.scorer.score_groups(cands, groups, reduce=False)
+            k = _MEASURES[measure]
+            utils = [b[k] for b in blocks]
             sizes_ref = [b.shape[2] for b in blocks for _ in range(b.shape[1])]
             flat = torch.cat([b.reshape(3, -1) for b in blocks], dim=1)
             picked = reduce_references(flat[0], flat[1], flat[2], sizes_ref, self.config.multi_ref)[k]
             bert = list(torch.split(picked.double(), sizes))
+            orders = [None] * len(cands)
+        else:  # another utility against the references: the best reference per candidate
+            mats = utility.session(cands, groups).full(list(range(len(cands))))
+            utils = [u.float() for u in mats]
+            bert = [u.max(1).values for u in mats]
+            orders = [None] * len(cands)
 
         results = []
         for s, (c, b) in enumerate(zip(cands, bert)):
             ms = None if mscores is None else mscores[s]
-            final = b if ms is None or weight == 0 else (1.0 - weight) * b + weight * ms  # weight > 0 has ms
-            order = torch.sort(final, descending=True, stable=True).indices.tolist()
+            interpolate = ms is not None and weight > 0
+            final = (1.0 - weight) * b + weight * ms if interpolate else b  # type: ignore[operator]
+            given = orders[s]
+            if given is not None and not interpolate:
+                order = given
+            else:
+                order = torch.sort(final, descending=True, stable=True).indices.tolist()
             results.append(
                 RerankResult(
                     best_index=order[0],
@@ -217,10 +283,15 @@ class NBestReranker:
                     scores=final[order].tolist(),
                     bertscore=b[order].tolist(),
                     model_scores=None if ms is None else ms[order].tolist(),
-                    utility=utils[s].float() if return_utility else None,
+                    utility=_as_float(utils[s]) if return_utility else None,
+                    evaluations=evaluations[s],
                 )
             )
         return results
+
+
+def _as_float(x: Tensor | None) -> Tensor | None:
+    return None if x is None else x.float()
 
 
 def expected_utility(

@@ -543,6 +543,13 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
             assert len(chosen) == 5 and all(c in cands[i] for i, c in enumerate(chosen))
     with pytest.raises(SystemExit, match=r"\(limit: 5 -> 4\)"):  # stage 3 stores its settings per --name too
         recipe.run_stage3(recipe.dataclasses.replace(s3, limit=4))
+    # Another method and utility list, and the plain generate sampler: other row names, the same checks.
+    other = recipe.stage3(
+        recipe.dataclasses.replace(
+            s3, name="agg", method="aggregate-exact", utilities=["chrf"], sampler="generate", blind=False
+        )
+    )["rows"]
+    assert set(other) == {"beam5-top1", "beam2-nbest+mbr-chrf-aggregate-exact", "eps3+mbr-chrf-aggregate-exact"}
     # The blind sets alone (scored: false): every decoder's output, one line per source line; scored rows kept.
     blind = recipe.run_stage3(recipe.dataclasses.replace(s3, name="blindonly", scored=False, blind=True))
     assert blind["rows"] == {} and not (tmp_path / "stage3" / "blindonly-stage3.json").exists()
@@ -553,10 +560,14 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
             assert len(out) == len(nmt.read_lines(src))
 
 
-def test_mbr_chrf_picks_the_consensus(recipe):
+def test_stage3_mbr_chrf_is_the_registry_utility(recipe):
+    from rerank import ChrF, mbr
+
     cands = ["a dog runs on the grass", "a dog runs on grass", "a cat sleeps", "a dog is running on the grass"]
-    assert recipe.mbr_chrf(cands) in (0, 1)
-    assert recipe.mbr_chrf(["only one"]) == 0
+    utility = recipe.mbr_utility("chrf")
+    assert isinstance(utility, ChrF)
+    assert mbr([cands], utility=utility)[0].best_index in (0, 1)
+    assert mbr([["only one"]], utility=utility)[0].best_index == 0
 
 
 def test_mbr_pools_leave_one_out_is_the_rerankers_mbr_and_picks_come_from_their_pools():

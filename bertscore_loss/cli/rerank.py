@@ -1,4 +1,5 @@
-"""``bertscore-loss rerank``: the chosen candidate per source by BERTScore against references or by MBR."""
+"""``bertscore-loss rerank``: the chosen candidate per source by BERTScore (or chrF, BLEU) against references or
+by MBR (exact or approximate)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,27 @@ def read_systems(paths: list[str]) -> list[list[str]]:
     return [list(c) for c in zip(*files)]
 
 
+UTILITY_CHOICES = ["bertscore", "chrf", "chrf++", "bleu"]
+METHOD_CHOICES = ["exact", "aggregate", "aggregate-exact", "prune"]
+
+
+def method_from_args(args: argparse.Namespace):  # -> rerank.Method
+    from rerank import get_method
+
+    if args.top_k is not None and args.method != "aggregate-exact":
+        raise UsageError("--top-k applies to --method aggregate-exact only")
+    if args.prune_alpha is not None and args.method != "prune":
+        raise UsageError("--prune-alpha applies to --method prune only")
+    options: dict = {}
+    if args.method == "aggregate-exact" and args.top_k is not None:
+        options["top_k"] = args.top_k
+    if args.method == "prune":
+        options["seed"] = args.seed
+        if args.prune_alpha is not None:
+            options["alpha"] = args.prune_alpha
+    return get_method(args.method, **options)
+
+
 def cmd_rerank(args: argparse.Namespace) -> int:
     from rerank import NBestReranker
 
@@ -73,6 +95,7 @@ def cmd_rerank(args: argparse.Namespace) -> int:
                 ("--include-self", args.include_self),
                 ("--expectation", args.expectation != "uniform"),
                 ("--temperature", args.temperature != 1.0),
+                ("--method", args.method != "exact"),
             )
             if on
         ]
@@ -97,7 +120,13 @@ def cmd_rerank(args: argparse.Namespace) -> int:
             if len(lines) != len(cands):
                 raise ValueError(f"there are {len(cands)} sources but {path} has {len(lines)} lines")
         refs = ref_files[0] if len(ref_files) == 1 else [list(g) for g in zip(*ref_files)]
-    reranker = NBestReranker(scorer=scorer_from_args(args))
+    if args.utility != "bertscore" and args.measure != "f1":
+        raise UsageError("--measure chooses the BERTScore measure: it does not apply to --utility " + args.utility)
+    method = method_from_args(args)
+    if args.utility == "bertscore":
+        reranker = NBestReranker(scorer=scorer_from_args(args), method=method)
+    else:
+        reranker = NBestReranker(utility=args.utility, method=method)
     results = reranker.rerank(
         cands,
         refs,
@@ -136,7 +165,23 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
         "-r", "--refs", action="append", default=[], help="references file, one line per source; repeat for several"
     )
     p.add_argument("--mbr", action="store_true", help="minimum-Bayes-risk: the candidates are each other's references")
+    p.add_argument(
+        "--utility",
+        choices=UTILITY_CHOICES,
+        default="bertscore",
+        help="utility: BERTScore (the scorer options below), or sacrebleu's sentence chrF, chrF++ or BLEU",
+    )
     p.add_argument("--measure", choices=list(MEASURES), default="f1", help="BERTScore measure (default: f1)")
+    p.add_argument(
+        "--method",
+        choices=METHOD_CHOICES,
+        default="exact",
+        help="MBR method: exact (default), reference aggregation, aggregation then exact on the top-k, or "
+        "confidence-based pruning",
+    )
+    p.add_argument("--top-k", type=int, default=None, help="--method aggregate-exact: exact MBR among the K best (20)")
+    p.add_argument("--prune-alpha", type=float, default=None, help="--method prune: confidence threshold (0.99)")
+    p.add_argument("--seed", type=int, default=0, help="--method prune: seed of the column order and bootstrap")
     p.add_argument("--include-self", action="store_true", help="MBR: let U[i, i] count in candidate i's expectation")
     p.add_argument(
         "--expectation",

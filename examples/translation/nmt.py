@@ -335,6 +335,36 @@ def translate(
     return out
 
 
+def sample(
+    model,
+    sp,
+    sources: Sequence[str],
+    n: int,
+    *,
+    epsilon: float = 0.02,
+    max_len: int = 128,
+    precision: str = "32-true",
+    token_budget: int = 65536,
+    seed: int | None = None,
+) -> tuple[list[list[str]], list[list[float]]]:
+    """``n`` epsilon samples per source (texts, and their mean log-probabilities per token) with
+    :func:`rerank.sample_ids`: token-budgeted batches, the source encoded once per batch, finished samples
+    leave the batch; ``precision`` ``"bf16-mixed"`` runs under bf16 autocast."""
+    from rerank import SamplingConfig, sample_ids
+
+    ids = [s[: max_len - 1] + [EOS] for s in sp.encode(list(sources))]
+    cfg = SamplingConfig(
+        num_samples=n,
+        epsilon=epsilon,
+        precision="bf16" if precision.startswith("bf16") else "32",
+        token_budget=token_budget,
+        seed=seed,
+    )
+    out = sample_ids(model, ids, cfg)
+    texts = [sp.decode([[t for t in q if t > EOS] for q in qs]) for qs in out.sequences]
+    return texts, out.scores
+
+
 # ---------------------------------------------------------------------------------------------- lightning
 @dataclass
 class TrainConfig:

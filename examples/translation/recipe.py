@@ -788,28 +788,31 @@ class Stage3Config:
     blind: bool = True
     scored: bool = True  # decode and score `split`; False with blind: true decodes the blind sets only
     outputs: str = "docs/multi30k-outputs"
+    utilities: list[str] = field(default_factory=lambda: ["bertscore", "chrf"])  # MBR utilities (rerank registry)
+    method: str = "exact"  # MBR method: exact, aggregate, aggregate-exact, prune (rerank.METHODS)
+    sampler: str = "fast"  # fast: rerank.sample_ids; generate: model.generate(num_return_sequences=n)
+    token_budget: int = 65536  # sampler rows x (source + new tokens) per batch
 
 
-def mbr_chrf(cands: list[str]) -> int:
-    """Index of the candidate with the highest mean chrF against the others (reference-free MBR, sacrebleu)."""
-    import sacrebleu
+def mbr_utility(name: str):
+    """The MBR utility ``name`` of the rerank registry; BERTScore with the reporting scorer (bundled MiniLM)."""
+    from rerank import get_utility
 
-    from rerank import expected_utility
-
-    n = len(cands)
-    u = torch.tensor([[sacrebleu.sentence_chrf(a, [b]).score for b in cands] for a in cands], dtype=torch.float64)
-    return int(expected_utility(u, None, exclude_diagonal=True).argmax()) if n > 1 else 0
+    return get_utility(name, scorer=metrics.scorer()) if name.startswith("bertscore") else get_utility(name)
 
 
 def stage3(cfg: Stage3Config) -> dict:
-    """Beam-5 top-1 against MBR over beam n-best lists and over samples, with BERTScore and chrF utilities."""
-    from rerank import NBestReranker
+    """Beam-5 top-1 against MBR over beam n-best lists and over samples, with the registry's utilities."""
+    from rerank import get_method, mbr
 
+    if cfg.sampler not in ("fast", "generate"):
+        raise SystemExit(f"sampler must be 'fast' or 'generate', got {cfg.sampler!r}")
     data, folder, out = resolve(cfg.data), resolve(cfg.model), resolve(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model, sp = load_model(folder)
     precision = precision_of(cfg.precision)
-    reranker = NBestReranker(scorer=metrics.scorer())  # the same bundled MiniLM that reports BERTScore F
+    method = get_method(cfg.method)
+    utilities = {u: mbr_utility(u) for u in cfg.utilities}
     src, refs = nmt.read_pairs(data, cfg.split, cfg.limit)
     sets = {cfg.split: src} if cfg.scored else {}
     if cfg.blind:
@@ -818,6 +821,7 @@ def stage3(cfg: Stage3Config) -> dict:
     blind_speed: dict[str, dict[str, float]] = {}
     dest = resolve(cfg.outputs)
     dest.mkdir(parents=True, exist_ok=True)
+    suffix = "" if method.name == "exact" else f"-{method.name}"
     for name, sources in sets.items():
         torch.manual_seed(cfg.seed)
         lists: dict[str, tuple[list[list[str]] | list[str], float]] = {}
@@ -830,17 +834,29 @@ def stage3(cfg: Stage3Config) -> dict:
         lists[f"beam{cfg.nbest_beams}-nbest"] = (nbest, time.time() - t0)
         for n in cfg.sample_sizes:
             t0 = time.time()
-            samples = nmt.translate(
-                model,
-                sp,
-                sources,
-                beams=1,
-                precision=precision,
-                do_sample=True,
-                top_k=0,
-                epsilon_cutoff=cfg.epsilon,
-                num_return_sequences=n,
-            )
+            if cfg.sampler == "fast":
+                samples, _ = nmt.sample(
+                    model,
+                    sp,
+                    sources,
+                    n,
+                    epsilon=cfg.epsilon,
+                    precision=precision,
+                    token_budget=cfg.token_budget,
+                    seed=cfg.seed + n,
+                )
+            else:
+                samples = nmt.translate(
+                    model,
+                    sp,
+                    sources,
+                    beams=1,
+                    precision=precision,
+                    do_sample=True,
+                    top_k=0,
+                    epsilon_cutoff=cfg.epsilon,
+                    num_return_sequences=n,
+                )
             lists[f"eps{n}"] = (samples, time.time() - t0)
         outputs: dict[str, tuple[list[str], float]] = {"beam5-top1": lists["beam5"]}
         for key, (cands, gen_seconds) in lists.items():
@@ -849,12 +865,10 @@ def stage3(cfg: Stage3Config) -> dict:
             cands = [c if isinstance(c, list) else [c] for c in cands]
             if name == cfg.split:
                 (out / f"{cfg.name}-{key}.{name}.json").write_text(json.dumps(cands, ensure_ascii=False))
-            t0 = time.time()
-            best = [r.best for r in reranker.rerank(cands)]
-            outputs[f"{key}+mbr-bertscore"] = (best, gen_seconds + time.time() - t0)
-            t0 = time.time()
-            best = [c[mbr_chrf(c)] for c in cands]
-            outputs[f"{key}+mbr-chrf"] = (best, gen_seconds + time.time() - t0)
+            for uname, utility in utilities.items():
+                t0 = time.time()
+                best = [r.best for r in mbr(cands, utility=utility, method=method)]
+                outputs[f"{key}+mbr-{uname}{suffix}"] = (best, gen_seconds + time.time() - t0)
         for key, (hyps, seconds) in outputs.items():
             (dest / f"{cfg.name}-{key}.{name}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
             if name == cfg.split:

@@ -1,0 +1,374 @@
+"""MBR at scale on Multi30k: beam 5 top-1 against MBR over n epsilon samples, every MBR method, one table.
+
+    # a model folder (HF Marian + spm.model) from a stage-1 run's per-epoch weights (default: the latest)
+    python examples/translation/mbr_sweep.py export --stage1 runs/multi30k/converged/stage1 --out runs/mbr/model
+    # beam 5 and n in {32, 64, 128, 256} samples (epsilon 0.02), exact MBR and every approximation,
+    # BERTScore and chrF utilities: runs/mbr/val/sweep.{json,md} (--tag NAME: sweep-NAME.{json,md})
+    python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split val --run runs/mbr/val
+    # the reranking time where the n^2 part dominates: n = 512 and 1,024 on 100 sources
+    python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split test_2016_flickr --limit 100 \\
+        --sizes 512 1024 --run runs/mbr/large
+    # blind outputs: beam 5 top-1 and the n = 256 decoders (exact and one approximation, BERTScore and chrF)
+    python examples/translation/mbr_sweep.py blind --model runs/mbr/model --run runs/mbr/blind --name converged
+
+The candidate lists are saved under ``<run>/lists/<set>/`` (``beam5.json``, ``eps<n>.json``: texts, model
+scores, seconds) and reused, so methods can be re-run without resampling (``--resample`` draws again).
+Hypotheses and pseudo-references are the same samples; exact MBR leaves each sample's own column out.
+Every row reports corpus BLEU, chrF, BERTScore F (bundled MiniLM, layer 4; ``metrics.py``), the length
+ratio, utility evaluations and seconds per sentence (sampling and reranking), the peak extra resident
+memory of the reranking call, and for the approximations their share of exact MBR's gain over beam top-1
+(on the utility's own metric) and how often they choose exact MBR's candidate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import metrics  # noqa: E402
+import nmt  # noqa: E402
+
+from rerank import AggregateExact, Method, Prune, agreement, gain_share, get_method, get_utility, mbr  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+logger = logging.getLogger("mbr_sweep")
+METHODS: dict[str, Method] = {
+    "exact": get_method("exact"),
+    "aggregate": get_method("aggregate"),
+    "aggregate-exact": AggregateExact(top_k=20),
+    "prune": Prune(),
+}
+UTILITY_METRIC = {"bertscore": "bertscore_f", "chrf": "chrf", "bleu": "bleu"}
+
+
+def resolve(path: str | Path) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() else ROOT / p
+
+
+# --- export ------------------------------------------------------------------------------------------------
+def export(stage1: Path, out: Path, epoch: int | None = None) -> Path:
+    """``out``: the HF Marian model of ``stage1/epochs/epoch-NNN.pt`` (default the latest) + ``spm.model``."""
+    settings = json.loads((stage1 / "settings.json").read_text())
+    epochs = sorted((stage1 / "epochs").glob("epoch-*.pt"))
+    if epoch is not None:
+        epochs = [p for p in epochs if p.name == f"epoch-{epoch:03d}.pt"]
+    if not epochs:
+        raise SystemExit(f"no epoch weights {'' if epoch is None else epoch} in {stage1 / 'epochs'}")
+    model = nmt.build_model(nmt.ModelConfig(**settings["model"]), settings.get("vocab_size", 8000))
+    model.load_state_dict(torch.load(epochs[-1], map_location="cpu"))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    shutil.copy(stage1 / "spm.model", out / "spm.model")
+    (out / "exported-from.txt").write_text(f"{epochs[-1]}\n")
+    return out
+
+
+def load_model(folder: Path):
+    from transformers import MarianMTModel
+
+    model = MarianMTModel.from_pretrained(folder).eval()
+    import sentencepiece as spm
+
+    return model, spm.SentencePieceProcessor(model_file=str(folder / "spm.model"))
+
+
+# --- memory ------------------------------------------------------------------------------------------------
+class PeakRSS:
+    """Peak resident memory above the level at entry (MiB), polled every few milliseconds on a thread."""
+
+    def __init__(self, every: float = 0.005) -> None:
+        self.every, self.peak_mib = every, 0.0
+
+    @staticmethod
+    def rss() -> int:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+    def __enter__(self) -> PeakRSS:
+        self.base = self.top = self.rss()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.every):
+            self.top = max(self.top, self.rss())
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.top = max(self.top, self.rss())
+        self.peak_mib = (self.top - self.base) / 2**20
+
+
+# --- candidate lists ---------------------------------------------------------------------------------------
+def decode_lists(model, sp, sources: list[str], sizes: list[int], folder: Path, args: argparse.Namespace) -> dict:
+    """Beam-5 top-1 and the sample lists of ``sources``, read from ``folder`` or decoded and saved there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and nmt.cpu_has_native_bf16())
+    prec = "bf16-mixed" if bf16 else "32-true"
+    lists: dict[str, dict] = {}
+    path = folder / "beam5.json"
+    if path.exists() and not args.resample:
+        lists["beam5"] = json.loads(path.read_text())
+    else:
+        t0 = time.perf_counter()
+        texts = nmt.translate(model, sp, sources, beams=5, precision=prec)
+        lists["beam5"] = {"texts": texts, "seconds": time.perf_counter() - t0, "precision": prec}
+        path.write_text(json.dumps(lists["beam5"], ensure_ascii=False))
+    for n in sizes:
+        path = folder / f"eps{n}.json"
+        if path.exists() and not args.resample:
+            lists[f"eps{n}"] = json.loads(path.read_text())
+            continue
+        t0 = time.perf_counter()
+        texts, scores = nmt.sample(
+            model,
+            sp,
+            sources,
+            n,
+            epsilon=args.epsilon,
+            precision=prec,
+            token_budget=args.token_budget,
+            seed=args.seed + n,
+        )
+        seconds = time.perf_counter() - t0
+        lists[f"eps{n}"] = {"texts": texts, "scores": scores, "seconds": seconds, "precision": prec}
+        path.write_text(json.dumps(lists[f"eps{n}"], ensure_ascii=False))
+        logger.info(
+            "eps%d: %d sources in %.1f s (%.0f samples/s)", n, len(sources), seconds, n * len(sources) / seconds
+        )
+    return lists
+
+
+def utilities(names: list[str], dtype: str = "float32") -> dict:
+    """The MBR utilities; BERTScore with the reporting scorer (bundled MiniLM, layer 4), or the same model
+    with its encoder in ``dtype`` (bfloat16: a documented approximation, the matching stays float32)."""
+    from bertscore_loss import BERTScorer
+
+    def bertscore_scorer() -> BERTScorer:
+        return metrics.scorer() if dtype == "float32" else BERTScorer(dtype=dtype)  # type: ignore[arg-type]
+
+    return {
+        u: get_utility(u, scorer=bertscore_scorer()) if u.startswith("bertscore") else get_utility(u) for u in names
+    }
+
+
+def run_methods(samples: list[list[str]], utility, methods: list[str], repeats: int = 1) -> dict[str, dict]:
+    """Every method on the same lists (``repeats`` alternating rounds, the fastest kept): choices, results,
+    evaluations, seconds, peak memory."""
+    out: dict[str, dict] = {}
+    for _ in range(repeats):
+        for name in methods:
+            with PeakRSS() as mem:
+                t0 = time.perf_counter()
+                results = mbr(samples, utility=utility, method=METHODS[name], progress=False)
+                seconds = time.perf_counter() - t0
+            if name not in out or seconds < out[name]["seconds"]:
+                out[name] = {"results": results, "seconds": seconds, "peak_mib": mem.peak_mib}
+    return out
+
+
+# --- the sweep --------------------------------------------------------------------------------------------
+def sweep(args: argparse.Namespace) -> dict:
+    data, run = resolve(args.data), resolve(args.run)
+    model, sp = load_model(resolve(args.model))
+    sources, refs = nmt.read_pairs(data, args.split, args.limit)
+    lists = decode_lists(model, sp, sources, args.sizes, run / "lists" / args.split, args)
+    beam = lists["beam5"]["texts"]
+    base = metrics.corpus_scores(beam, refs)
+    rows = [{"decoder": "beam5-top1", "n": 1, **base, "sampling_s": lists["beam5"]["seconds"] / len(beam)}]
+    oracle: dict[str, float] = {}
+    utils = utilities(args.utilities, args.bertscore_dtype)
+    for n in args.sizes:
+        entry = lists[f"eps{n}"]
+        samples = entry["texts"]
+        f = metrics.scorer().score_groups(samples, refs).f1 * 100
+        oracle[f"eps{n}"] = float(torch.nan_to_num(f, nan=-1.0).max(1).values.mean())
+        for uname, utility in utils.items():
+            runs = run_methods(samples, utility, args.methods, args.repeats)
+            exact = runs.get("exact")
+            exact_scores = None
+            for mname, r in runs.items():
+                hyps = [x.best for x in r["results"]]
+                scores = metrics.corpus_scores(hyps, refs)
+                row = {
+                    "decoder": f"eps{n}+mbr-{uname}" + ("" if mname == "exact" else f"-{mname}"),
+                    "n": n,
+                    "utility": uname,
+                    "method": mname,
+                    **scores,
+                    "evaluations_per_sentence": sum(x.evaluations for x in r["results"]) / len(hyps),
+                    "sampling_s": entry["seconds"] / len(hyps),
+                    "rerank_s": r["seconds"] / len(hyps),
+                    "peak_mib": r["peak_mib"],
+                }
+                if mname == "exact":
+                    exact_scores = scores
+                elif exact is not None and exact_scores is not None:
+                    a = agreement(exact["results"], r["results"])
+                    key = UTILITY_METRIC.get(uname, "bertscore_f")
+                    row.update(
+                        same_choice=a.same_choice,
+                        kept_utility=a.kept_utility,
+                        evaluation_share=a.evaluations,
+                        speedup=exact["seconds"] / r["seconds"],
+                        gain_share=gain_share(base[key], exact_scores[key], scores[key]),
+                        gain_share_bertscore_f=gain_share(
+                            base["bertscore_f"], exact_scores["bertscore_f"], scores["bertscore_f"]
+                        ),
+                        gain_share_chrf=gain_share(base["chrf"], exact_scores["chrf"], scores["chrf"]),
+                    )
+                rows.append(row)
+                logger.info("%s: %s", row["decoder"], {k: v for k, v in row.items() if k != "decoder"})
+    result = {
+        "model": str(resolve(args.model)),
+        "split": args.split,
+        "sources": len(sources),
+        "epsilon": args.epsilon,
+        "cpu": nmt.cpu_label(),
+        "threads": torch.get_num_threads(),
+        "precision": lists["beam5"].get("precision"),
+        "bertscore_dtype": args.bertscore_dtype,
+        "repeats": args.repeats,
+        "command": " ".join(sys.argv),
+        "oracle_bertscore_f": oracle,
+        "rows": rows,
+    }
+    name = f"sweep-{args.tag}" if args.tag else "sweep"
+    (run / f"{name}.json").write_text(json.dumps(result, indent=1))
+    (run / f"{name}.md").write_text(markdown(result))
+    return result
+
+
+def fmt(value: Any, digits: int = 2) -> str:
+    if value is None or (isinstance(value, float) and value != value):
+        return "–"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def markdown(result: dict) -> str:
+    """The sweep as a markdown table (one row per decoder)."""
+    head = (
+        f"{result['split']}, {result['sources']} sources, epsilon {result['epsilon']}, {result['cpu']}, "
+        f"{result['threads']} threads, sampling precision {result['precision']}, BERTScore utility encoder "
+        f"{result.get('bertscore_dtype', 'float32')}, rerank time: best of {result.get('repeats', 1)}\n\n"
+    )
+    cols = (
+        "| decoder | BLEU | chrF | BERTScore F | len ratio | utility evals / sent | sampling s / sent "
+        "| rerank s / sent | peak MiB | share of exact gain | same choice as exact | rerank speed-up |"
+    )
+    lines = [head + cols, "|" + " --- |" * 12]
+    for r in result["rows"]:
+        lines.append(
+            f"| {r['decoder']} | {fmt(r['bleu'])} | {fmt(r['chrf'])} | {fmt(r['bertscore_f'])} | "
+            f"{fmt(r['length_ratio'], 3)} | {fmt(r.get('evaluations_per_sentence'), 0)} | "
+            f"{fmt(r.get('sampling_s'), 3)} | "
+            f"{fmt(r.get('rerank_s'), 4)} | {fmt(r.get('peak_mib'), 0)} | {fmt(r.get('gain_share'))} | "
+            f"{fmt(r.get('same_choice'))} | {fmt(r.get('speedup'), 1)} |"
+        )
+    oracle = ", ".join(f"{k} {v:.2f}" for k, v in result["oracle_bertscore_f"].items())
+    lines.append(f"\nOracle BERTScore F of the sample lists (the sample closest to the reference): {oracle}")
+    lines.append(f"\nCommand: `{result['command']}`")
+    return "\n".join(lines) + "\n"
+
+
+# --- blind outputs ---------------------------------------------------------------------------------------------
+def blind(args: argparse.Namespace) -> dict:
+    """``<outputs>/<name>-<decoder>.<set>.en`` for every ``blind/*.de``: beam 5 top-1 and the n-sample decoders."""
+    data, run = resolve(args.data), resolve(args.run)
+    dest = resolve(args.outputs) if args.outputs else run / "outputs"
+    dest.mkdir(parents=True, exist_ok=True)
+    model, sp = load_model(resolve(args.model))
+    utils = utilities(args.utilities, args.bertscore_dtype)
+    n = args.n
+    written: dict[str, list[str]] = {}
+    sets = sorted((data / "blind").glob("*.de"))
+    if not sets:
+        raise SystemExit(f"no blind sets in {data / 'blind'}")
+    for path in sets:
+        sources = nmt.read_lines(path)
+        lists = decode_lists(model, sp, sources, [n], run / "lists" / path.stem, args)
+        outputs = {"beam5-top1": lists["beam5"]["texts"]}
+        samples = lists[f"eps{n}"]["texts"]
+        for uname, utility in utils.items():
+            for mname in ["exact", *args.approx]:
+                best = [r.best for r in mbr(samples, utility=utility, method=METHODS[mname])]
+                outputs[f"eps{n}+mbr-{uname}" + ("" if mname == "exact" else f"-{mname}")] = best
+        for decoder, hyps in outputs.items():
+            if len(hyps) != len(sources):
+                raise SystemExit(f"{decoder}: {len(hyps)} outputs for {len(sources)} sources of {path.name}")
+            target = dest / f"{args.name}-{decoder}.{path.stem}.en"
+            target.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            written.setdefault(path.stem, []).append(str(target))
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    pe = sub.add_parser("export", help="a model folder from a stage-1 run's per-epoch weights")
+    pe.add_argument("--stage1", required=True, help="stage-1 run folder (settings.json, epochs/, spm.model)")
+    pe.add_argument("--out", required=True)
+    pe.add_argument("--epoch", type=int, help="epoch number (default: the latest)")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--model", required=True, help="HF Marian folder with spm.model (as the recipe writes)")
+        p.add_argument("--data", default="../shared/data/multi30k")
+        p.add_argument("--run", required=True, help="output folder (lists/, sweep.json, sweep.md, outputs/)")
+        p.add_argument("--epsilon", type=float, default=0.02)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--precision", choices=["auto", "32", "bf16"], default="auto", help="decoding precision")
+        p.add_argument("--token-budget", type=int, default=65536, help="sampler rows x tokens per batch")
+        p.add_argument("--utilities", nargs="+", default=["bertscore", "chrf"])
+        p.add_argument(
+            "--bertscore-dtype",
+            choices=["float32", "bfloat16"],
+            default="float32",
+            help="encoder dtype of the BERTScore utility (bfloat16: approximate, where the CPU has native bf16)",
+        )
+        p.add_argument("--resample", action="store_true", help="decode again even if the lists exist")
+        p.add_argument("--threads", type=int, help="torch.set_num_threads")
+
+    ps = sub.add_parser("sweep", help="beam 5 vs MBR over n samples, every method, JSON + markdown table")
+    common(ps)
+    ps.add_argument("--split", default="val")
+    ps.add_argument("--limit", type=int, help="first N sources of the split")
+    ps.add_argument("--sizes", type=int, nargs="+", default=[32, 64, 128, 256])
+    ps.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
+    ps.add_argument("--repeats", type=int, default=1, help="alternating reranking rounds; the fastest is kept")
+    ps.add_argument("--tag", default="", help="write sweep-<tag>.{json,md} (other settings on the same lists)")
+    pb = sub.add_parser("blind", help="blind outputs: beam 5 top-1 and the n-sample MBR decoders")
+    common(pb)
+    pb.add_argument("--n", type=int, default=256)
+    pb.add_argument("--approx", nargs="*", default=["aggregate-exact"], choices=[m for m in METHODS if m != "exact"])
+    pb.add_argument("--name", default="model", help="names the output files <name>-<decoder>.<set>.en")
+    pb.add_argument("--outputs", help="folder for the .en files (default: <run>/outputs)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if getattr(args, "threads", None):
+        torch.set_num_threads(args.threads)
+    if args.command == "export":
+        print(export(resolve(args.stage1), resolve(args.out), args.epoch))
+    elif args.command == "sweep":
+        result = sweep(args)
+        print(markdown(result))
+    else:
+        print(json.dumps(blind(args), indent=1))
+
+
+if __name__ == "__main__":
+    main()
