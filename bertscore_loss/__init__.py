@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
+from .blocks import match_blocks
 from .bridge import SentencePieceVocab, VocabBridge
 from .config import MEASURES, Measure, ScorerConfig, check_measure
 from .encoder import FrozenEncoder
@@ -74,6 +75,7 @@ __all__ = [
     "greedy_match",
     "idf_table",
     "load_baseline",
+    "match_blocks",
     "matched_similarities",
     "optimise_logits",
     "precision_recall_f",

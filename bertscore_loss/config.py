@@ -24,8 +24,8 @@ ACCEL_BATCH_TOKENS = 8192
 #: Cosine-matrix entries per matching chunk of pairs when none is given (CPU: small chunks stay in cache).
 CPU_MAX_ELEMENTS = 1 << 18
 ACCEL_MAX_ELEMENTS = 1 << 24
-#: Cosine entries per chunk of all-pairs blocks (reranking, MBR) when none is given: whole sources, big chunks.
-BLOCK_MAX_ELEMENTS = 1 << 24
+#: Cosine entries per tile of all-pairs blocks (reranking, MBR, all-layer scoring) when none is given.
+BLOCK_MAX_ELEMENTS = 1 << 22
 
 
 def _is_cpu(device: str | torch.device) -> bool:
@@ -41,7 +41,7 @@ def batch_tokens_for(device: str | torch.device, value: int | None = None) -> in
 
 def max_elements_for(device: str | torch.device, value: int | None = None, *, blocks: bool = False) -> int:
     """``value``, or the cosine entries per matching chunk on ``device`` (pairs: CPU 2**18, accelerators
-    2**24; all-pairs ``blocks``: 2**24)."""
+    2**24; all-pairs ``blocks``: 2**22 per tile)."""
     if value:
         return value
     if blocks:

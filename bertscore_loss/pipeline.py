@@ -18,13 +18,12 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .blocks import match_blocks
 from .cache import EmbeddingCache
-from .chunking import budget_runs
-from .config import max_elements_for
 from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
 from .loading import warn
-from .matching import cosine_matrix, greedy_match, precision_recall_f, rescale
+from .matching import rescale
 from .packed import PackedEmbeddings
 from .pairs import score_pairs
 
@@ -290,7 +289,7 @@ class ScoringPlan:
             self.weight,
             rows,
             cols,
-            max_elements=max_elements_for(self.packed.flat.device, self.max_elements, blocks=True),
+            max_elements=self.max_elements,
             progress=progress,
         )
 
@@ -335,72 +334,19 @@ def score_blocks(
     """P, R, F ``[3, n_s, m_s]`` (float32, CPU) of every (row text, column text) pair of each source ``s``.
 
     ``rows[s]`` ``[n_s]`` and ``cols[s]`` ``[m_s]`` index texts of ``packed``; ``weight`` ``[T]`` are the
-    token weights aligned with ``packed.flat``. Each source is one block: its row texts' tokens
-    ``[n, L, d]`` are matched against its column texts' tokens ``[m, L, d]`` with one cosine matrix
-    ``[n·Lc, m·Lr]``, viewed as ``[n, m, Lc, Lr]``; blocks of similar token lengths are batched
-    (``[sources, n, m, Lc, Lr]``) up to ``max_elements`` cosine entries (and gathered embedding
-    floats) per chunk, and a source larger than that is split into tiles. The math is
-    :mod:`bertscore_loss.matching`'s.
+    token weights aligned with ``packed.flat``. Each source is matched by :func:`~bertscore_loss.blocks.match_blocks`
+    (length-sorted tiles of at most ``max_elements`` cosine entries; only the upper triangle when a
+    source's rows are its columns).
     """
     if len(rows) != len(cols):
         raise ValueError(f"got {len(rows)} row lists but {len(cols)} column lists")
-    max_elements = max_elements_for(packed.flat.device, max_elements, blocks=True)
-    lengths = packed.lengths.cpu()
-    d = int(packed.flat.shape[1]) if packed.flat.dim() == 2 else 1
-    tok_cap = max(max_elements // (2 * d), 1)  # gathered tokens per side of a tile
-    out = [torch.zeros((3, len(r), len(c))) for r, c in zip(rows, cols)]
-    tiles = []
-    for s, (r, c) in enumerate(zip(rows, cols)):
-        if len(r) == 0 or len(c) == 0:
-            continue
-        lc, lr = int(lengths[r].max()), int(lengths[c].max())
-        cap = max(max_elements // (lc * lr), 1)  # pairs per tile
-        mb = min(len(c), cap, max(tok_cap // lr, 1))
-        nb = max(min(len(r), cap // mb, max(tok_cap // lc, 1)), 1)
-        for i0 in range(0, len(r), nb):
-            for j0 in range(0, len(c), mb):
-                tiles.append((lc * lr, lc, lr, s, i0, j0, r[i0 : i0 + nb], c[j0 : j0 + mb]))
-    tiles.sort(key=lambda t: t[:3])
-
-    def cost(count: int, size: tuple[int, ...]) -> int:  # cosine entries or gathered floats, whichever is more
-        n, m, lc, lr = size
-        return count * max(n * m * lc * lr, (n * lc + m * lr) * d)
-
-    sizes = [(len(t[6]), len(t[7]), t[1], t[2]) for t in tiles]
-    chunks = [tiles[a:b] for a, b in budget_runs(sizes, max_elements, cost)]
-    for chunk in tqdm(chunks, desc="matching", unit="chunk", disable=not progress, leave=False):
-        prf = _score_chunk(packed, weight, chunk)
-        for b, (_, _, _, s, i0, j0, r, c) in enumerate(chunk):
-            out[s][:, i0 : i0 + len(r), j0 : j0 + len(c)] = prf[:, b, : len(r), : len(c)]
+    bar = tqdm(total=len(rows), desc="matching", unit="source", disable=not progress, leave=False)
+    out = []
+    for r, c in zip(rows, cols):
+        out.append(match_blocks(packed, weight, r, c, max_elements))
+        bar.update(1)
+    bar.close()
     return out
-
-
-def _score_chunk(packed: PackedEmbeddings, weight: Tensor, chunk: list[tuple]) -> Tensor:
-    """P, R, F ``[3, B, N, M]`` of the tiles of one chunk (padded to the chunk's largest tile)."""
-    device = packed.flat.device
-    b = len(chunk)
-    n = max(len(t[6]) for t in chunk)
-    m = max(len(t[7]) for t in chunk)
-    lc = max(t[1] for t in chunk)
-    lr = max(t[2] for t in chunk)
-    ridx = torch.full((b, n), -1, dtype=torch.long)
-    cidx = torch.full((b, m), -1, dtype=torch.long)
-    for k, t in enumerate(chunk):
-        ridx[k, : len(t[6])] = t[6]
-        cidx[k, : len(t[7])] = t[7]
-    ce, cm, cw = packed.gather(ridx.to(device), weight, lc)
-    re, rm, rw = packed.gather(cidx.to(device), weight, lr)
-    assert cw is not None and rw is not None
-    d = ce.shape[-1]
-    sim = cosine_matrix(ce.view(b, n * lc, d), re.view(b, m * lr, d), cm.view(b, -1), rm.view(b, -1), normalized=True)
-    sim = sim.view(b, n, lc, m, lr).transpose(2, 3).reshape(b * n * m, lc, lr)
-    cm2 = cm.unsqueeze(2).expand(b, n, m, lc).reshape(-1, lc)
-    rm2 = rm.unsqueeze(1).expand(b, n, m, lr).reshape(-1, lr)
-    matches = greedy_match(sim, cm2, rm2)
-    cw2 = cw.unsqueeze(2).expand(b, n, m, lc).reshape(-1, lc)
-    rw2 = rw.unsqueeze(1).expand(b, n, m, lr).reshape(-1, lr)
-    p, r, f = precision_recall_f(matches.cand_sim, matches.ref_sim, cw2, rw2)
-    return torch.stack((p, r, f)).view(3, b, n, m).float().cpu()
 
 
 def nan_table(values: Tensor, sizes: Sequence[int], fill: float = math.nan) -> Tensor:

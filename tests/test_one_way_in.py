@@ -333,4 +333,4 @@ def test_config_defaults_live_in_one_place():
 
     assert ScorerConfig().batch_tokens is None and ScorerConfig().max_elements is None
     assert batch_tokens_for("cpu") == 2048 and batch_tokens_for("meta") == 8192 and batch_tokens_for("cpu", 7) == 7
-    assert max_elements_for("cpu") == 1 << 18 and max_elements_for("cpu", blocks=True) == 1 << 24
+    assert max_elements_for("cpu") == 1 << 18 and max_elements_for("cpu", blocks=True) == 1 << 22
