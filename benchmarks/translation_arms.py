@@ -201,6 +201,7 @@ def build_arm(
     module.train_targets = train.tgt_text
     if hasattr(module, "log_prob_dropout"):
         module.log_prob_dropout = getattr(cfg, "mrt_dropout", True)  # as recipe.stage2 sets it
+        module.semantic_rows, module.row_seed = getattr(cfg, "semantic_rows", None), cfg.seed
     for key, value in attrs.items():
         if not hasattr(module, key):
             raise SystemExit(f"--arms {label}: FineTuner has no attribute {key!r}")

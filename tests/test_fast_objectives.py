@@ -429,6 +429,48 @@ def test_mrt_step_with_the_shared_encoder_equals_the_full_model_step(marian, sco
     assert max((g_slow[n] - ce_only[n]).abs().max() for n in g_slow) > 1e-4
 
 
+def test_semantic_rows_put_the_risk_on_a_seeded_subset_and_ce_on_every_source(marian, scorer, monkeypatch):
+    """semantic_rows = 2 of 3: loss = CE(all 3) + λ·risk(the 2 chosen sources), the same value as the step on
+    a batch of those 2 sources with CE swapped for the full batch's; the subset depends on (seed, update) only."""
+    from bertscore_loss import MinimumRiskLoss
+
+    nmt, sp, model, batch, labels = marian
+    module = nmt.FineTuner(
+        model, sp, nmt.TrainConfig(), nmt.PairData(sp, SOURCES, REFS, 32), "32-true", "mrt",
+        risk=MinimumRiskLoss(scorer=scorer, alpha=0.5), weight=3.0, samples=4,
+    )
+    module.train_targets = REFS
+    per_source = labels.view(3, 4, -1)
+
+    def sample(b):
+        idx = b["index"].tolist()
+        return per_source[idx].reshape(4 * len(idx), -1), [SAMPLES[i] for i in idx], None
+
+    monkeypatch.setattr(module, "sample", sample)
+    monkeypatch.setattr(module, "log", lambda *a, **k: None)
+    module.semantic_rows, module.row_seed = 2, 7
+    rows = module.semantic_subset(3)
+    assert rows is not None and len(rows) == 2 and rows.tolist() == sorted(set(rows.tolist()))
+    assert torch.equal(module.semantic_subset(3), rows)  # seeded: a resumed run picks the same sources
+    assert module.semantic_subset(2) is None  # no more rows asked than the batch has
+    module.eval()  # the tiny Marian has no dropout; eval keeps the comparison exact anyway
+    loss = module.training_step(batch, 0)
+    ce_all = nmt.ce_pass(model, batch, module.cfg.label_smoothing)[0]
+    sub = {key: value[rows] for key, value in batch.items()}
+    module.semantic_rows = None
+    only_sub = module.training_step(sub, 0) - nmt.ce_pass(model, sub, module.cfg.label_smoothing)[0]
+    assert abs(float(only_sub.detach())) > 1e-4  # the risk term is not zero here
+    torch.testing.assert_close(loss, ce_all + only_sub, atol=1e-6, rtol=0)
+    module.semantic_rows = 2
+    picks = set()
+    for step in range(12):
+        monkeypatch.setattr(type(module), "global_step", property(lambda self, s=step: s))
+        picks.add(tuple(module.semantic_subset(3).tolist()))
+    assert len(picks) > 1  # another update, another subset
+    module.arm = "ce"
+    assert module.semantic_subset(3) is None
+
+
 def test_draw_tokens_is_inverse_cdf_sampling_of_the_softmax():
     nmt = _nmt()
     g = torch.Generator().manual_seed(8)

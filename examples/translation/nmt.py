@@ -718,6 +718,10 @@ class FineTuner(Translator):
     sampler: str = "loop"  # mrt: how sample() draws ("loop": sample_sequences, or "generate": Hugging Face)
     # mrt: dropout in the samples' decoder pass (True, as in the CE pass); False: that decoder pass without it
     log_prob_dropout: bool = True
+    # bertscore / mrt: the semantic term on this many sources of each batch (None: all), chosen at random by
+    # a generator seeded with (row_seed, update), so a resumed run picks the same ones; CE on every source
+    semantic_rows: int | None = None
+    row_seed: int = 0
 
     def __init__(
         self,
@@ -882,12 +886,24 @@ class FineTuner(Translator):
         b = batch["input_ids"].shape[0]
         return labels, [texts[i * k : (i + 1) * k] for i in range(b)], batch["input_ids"].repeat_interleave(k, 0)
 
+    def semantic_subset(self, n: int) -> Tensor | None:
+        """Sorted indices ``[semantic_rows]`` of the sources that get the semantic term this update, or None
+        (all ``n``): a random subset from a generator seeded by ``row_seed`` and the update number."""
+        if self.arm == "ce" or self.semantic_rows is None or self.semantic_rows >= n:
+            return None
+        gen = torch.Generator().manual_seed(1_000_003 * self.row_seed + self.global_step)
+        return torch.randperm(n, generator=gen)[: self.semantic_rows].sort().values
+
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         from bertscore_loss import sequence_log_probs
 
         n = batch["input_ids"].shape[0]
         ce, logits, encoded = ce_pass(self.model, batch, self.cfg.label_smoothing)
         loss = ce
+        rows = self.semantic_subset(n)
+        if rows is not None:  # the semantic term on a subset of the sources (CE above saw them all)
+            batch = {key: value[rows] for key, value in batch.items()}
+            logits, n = logits[rows], len(rows)
         refs = [self.train_targets[i] for i in batch["index"].tolist()]
         if self.arm == "bertscore":
             labels = batch["labels"]
@@ -900,7 +916,7 @@ class FineTuner(Translator):
             labels, texts, src = self.sample(batch)
             if self.shared_encoder:
                 # The CE pass's encoder states (with their gradient) serve the samples' decoder pass.
-                states = encoded.last_hidden_state
+                states = encoded.last_hidden_state if rows is None else encoded.last_hidden_state[rows]
                 with decoder_dropout(self.model, self.log_prob_dropout):
                     lp = sample_log_probs(self.model, states, batch["attention_mask"], labels, texts, self.samples)
             else:

@@ -497,6 +497,10 @@ class Stage2Config:
     scorer_dtype: str = "float32"
     # mrt: dropout in the decoder pass over the samples (True, as in the CE pass); False skips it there (faster)
     mrt_dropout: bool = True
+    # bertscore / mrt: the semantic term on this many sources of each update's batch (a random subset, seeded
+    # by the seed and the update), the CE term on all; None: every source. The term is a mean over sources, so
+    # the subset's is an unbiased estimate of the full batch's at a fraction of the cost (docs/translation.md).
+    semantic_rows: int | None = None
 
 
 def load_model(folder: Path):
@@ -622,6 +626,8 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
         raise SystemExit(f"val_every must be > 0 epochs, got {cfg.val_every}")
     if cfg.patience is not None and not cfg.val_every:
         raise SystemExit("patience needs val_every (it counts validations)")
+    if cfg.semantic_rows is not None and cfg.semantic_rows < 1:
+        raise SystemExit(f"semantic_rows must be >= 1 sources (or null for all), got {cfg.semantic_rows}")
     data, init = resolve(cfg.data), require_model(cfg.init, "init")
     run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
     sp = load_sp(init / "spm.model")
@@ -670,6 +676,7 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
         deadline=time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None,
     )
     module.log_prob_dropout = cfg.mrt_dropout
+    module.semantic_rows, module.row_seed = cfg.semantic_rows, cfg.seed
     model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
     if ckpt is not None and (start >= updates or ckpt.get("stage2_run", {}).get("stopped_early")):
         # Trained to its end before an interruption: the checkpoint holds everything the result needs.
