@@ -260,9 +260,14 @@ def documented_commands() -> list[list[str]]:
     commands = []
     for text in texts:
         text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
+        variables: dict[str, str] = {}  # shell assignments of the block (C=configs/...), used below them
         for line in text.splitlines():
+            if m := re.fullmatch(r"([A-Za-z_]\w*)=(\S+)\s*", line):
+                variables[m[1]] = m[2]
             if "examples/translation/recipe.py" not in line:
                 continue
+            for name, value in variables.items():
+                line = re.sub(rf"\$\{{?{name}\b\}}?", value, line)
             line = line.split("recipe.py", 1)[1].split("#")[0].split("`")[0]
             line = line.replace("$seed", "0").replace("$arm", "bertscore").replace("<arm>", "mrt")
             commands.append(shlex.split(line))
@@ -275,6 +280,7 @@ def test_documented_commands_configure(recipe, monkeypatch):
     stages = [c[0] for c in commands]
     assert stages.count("stage2") >= 10 and {"stage1", "stage3", "report", "smoke"} <= set(stages)
     for argv in commands:
+        assert not any("$" in a for a in argv), f"unexpanded shell variable in a documented command: {argv}"
         args, cfg = recipe.configure(argv)  # parses, reads the config file, applies --set: no SystemExit
         if "stage2-converged.yaml" in argv:
             assert (cfg.epochs, cfg.batch_tokens, cfg.val_every, cfg.init) == (2, 2048, 0.5, "models/multi30k-de-en")
