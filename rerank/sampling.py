@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import torch
 from torch import Tensor
+from tqdm.auto import tqdm
 
 __all__ = ["Samples", "SamplingConfig", "filter_logits", "native_bf16", "sample_ids"]
 
@@ -82,7 +83,8 @@ class SamplingConfig:
     warpers, applied in that order; the most likely token always stays. ``max_new_tokens``: None =
     ``1.5 × source length + 10`` per batch. ``token_budget``: rows × (source length + new tokens) per
     batch. ``precision``: ``"auto"`` (bf16 autocast where native, see :func:`native_bf16`), ``"32"`` or
-    ``"bf16"``. ``seed``: of a private generator (None: torch's global one).
+    ``"bf16"``. ``seed``: of a private generator (None: torch's global one). ``progress``: a bar over
+    sources on stderr (None: on a terminal, for 10,000 samples or more).
     """
 
     num_samples: int = 32
@@ -94,6 +96,7 @@ class SamplingConfig:
     token_budget: int = 65536
     precision: Literal["auto", "32", "bf16"] = "auto"
     seed: int | None = None
+    progress: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_samples", "token_budget"):
@@ -261,6 +264,9 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
     sequences: list[list[list[int]]] = [[] for _ in srcs]
     scores: list[list[float]] = [[] for _ in srcs]
     eos_t = torch.tensor(eos, device=device)
+    # progress None: a bar for 10,000 samples or more, when stderr is a terminal (tqdm's disable=None)
+    disable = (not config.progress) if config.progress is not None else (None if len(srcs) * n >= 10**4 else True)
+    bar = tqdm(total=len(srcs), desc=f"sampling {n} per source", unit="source", disable=disable, leave=False)
     t0 = time.perf_counter()
     try:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
@@ -271,7 +277,9 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
                 for owner, seq, score in rows:
                     sequences[owner].append(seq)
                     scores[owner].append(score)
+                bar.update(sum(1 for owner, _ in batch if len(sequences[owner]) == n))  # sources completed
     finally:
+        bar.close()
         model.train(was_training)
     seconds = time.perf_counter() - t0
     logger.info("sampled %d x %d sequences in %.2f s (%s)", len(srcs), n, seconds, precision)

@@ -220,3 +220,31 @@ def test_causal_lm_is_refused_and_generate_and_rerank_samples(tiny_scorer):
         generate_and_rerank(bart, tok, prompts, reranker, sampling=cfg, top_k=5)
     with pytest.raises(ValueError, match="num_return_sequences=3 but sampling.num_samples=4"):
         generate_and_rerank(bart, tok, prompts, reranker, sampling=cfg, num_return_sequences=3)
+
+
+def test_progress_bar_counts_completed_sources(tiny_seq2seq, monkeypatch, capsys):
+    import rerank.sampling as sampling
+
+    bars = []
+
+    class Recording(sampling.tqdm):  # the real bar, with its updates kept
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.updates = []
+            bars.append(self)
+
+        def update(self, n=1):
+            self.updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(sampling, "tqdm", Recording)
+    # a budget of a few rows a batch: every source's samples are split over several batches
+    cfg = SamplingConfig(num_samples=5, top_k=1, max_new_tokens=9, token_budget=40, precision="32", progress=True)
+    got = sample_ids(tiny_seq2seq, SOURCES, cfg)
+    assert [len(s) for s in got.sequences] == [5] * len(SOURCES)
+    (bar,) = bars
+    assert bar.total == len(SOURCES) and sum(bar.updates) == len(SOURCES)  # each source counted once
+    assert len(bar.updates) > len(SOURCES) and 0 in bar.updates  # batches that completed no source
+    assert "sampling 5 per source" in capsys.readouterr().err
+    sample_ids(tiny_seq2seq, SOURCES, SamplingConfig(num_samples=5, top_k=1, max_new_tokens=9, progress=False))
+    assert capsys.readouterr().err == ""
