@@ -75,3 +75,19 @@ def test_export_sweep_and_blind_outputs(tmp_path):
         samples = json.loads((run / "lists" / src.stem / "eps4.json").read_text())["texts"]
         chosen = nmt.read_lines(run / "outputs" / f"tiny-eps4+mbr-chrf.{src.stem}.en")
         assert all(c in s for c, s in zip(chosen, samples))
+    record = json.loads((run / "outputs" / "tiny-blind.json").read_text())
+    assert (record["n"], record["sampling_precision"], record["methods"]) == (
+        4,
+        "32-true",
+        ["exact", "aggregate-exact"],
+    )
+    for src in sorted((SAMPLE / "blind").glob("*.de")):
+        entry = record["sets"][src.stem]
+        assert entry["sources"] == len(nmt.read_lines(src)) and 1 <= entry["distinct_samples_per_source"] <= 4
+        assert set(entry["files"]) == {"beam5-top1", "eps4+mbr-chrf", "eps4+mbr-chrf-aggregate-exact"}
+        assert set(entry["seconds"]) == {
+            "beam5",
+            "sampling eps4",
+            "rerank eps4+mbr-chrf",
+            "rerank eps4+mbr-chrf-aggregate-exact",
+        }

@@ -288,33 +288,63 @@ def markdown(result: dict) -> str:
 
 # --- blind outputs ---------------------------------------------------------------------------------------------
 def blind(args: argparse.Namespace) -> dict:
-    """``<outputs>/<name>-<decoder>.<set>.en`` for every ``blind/*.de``: beam 5 top-1 and the n-sample decoders."""
+    """``<outputs>/<name>-<decoder>.<set>.en`` for every ``blind/*.de``: beam 5 top-1 and the n-sample decoders;
+    ``<outputs>/<name>-blind.json`` records the settings, the CPU, the files and the seconds of each step."""
     data, run = resolve(args.data), resolve(args.run)
     dest = resolve(args.outputs) if args.outputs else run / "outputs"
     dest.mkdir(parents=True, exist_ok=True)
     model, sp = load_model(resolve(args.model))
     utils = utilities(args.utilities, args.bertscore_dtype)
     n = args.n
-    written: dict[str, list[str]] = {}
     sets = sorted((data / "blind").glob("*.de"))
     if not sets:
         raise SystemExit(f"no blind sets in {data / 'blind'}")
+    record: dict[str, Any] = {"sets": {}}
     for path in sets:
         sources = nmt.read_lines(path)
         lists = decode_lists(model, sp, sources, [n], run / "lists" / path.stem, args)
         outputs = {"beam5-top1": lists["beam5"]["texts"]}
         samples = lists[f"eps{n}"]["texts"]
+        seconds = {"beam5": lists["beam5"]["seconds"], f"sampling eps{n}": lists[f"eps{n}"]["seconds"]}
         for uname, utility in utils.items():
             for mname in ["exact", *args.approx]:
-                best = [r.best for r in mbr(samples, utility=utility, method=METHODS[mname])]
-                outputs[f"eps{n}+mbr-{uname}" + ("" if mname == "exact" else f"-{mname}")] = best
+                decoder = f"eps{n}+mbr-{uname}" + ("" if mname == "exact" else f"-{mname}")
+                t0 = time.perf_counter()
+                outputs[decoder] = [r.best for r in mbr(samples, utility=utility, method=METHODS[mname])]
+                seconds[f"rerank {decoder}"] = time.perf_counter() - t0
+        files = {}
         for decoder, hyps in outputs.items():
             if len(hyps) != len(sources):
                 raise SystemExit(f"{decoder}: {len(hyps)} outputs for {len(sources)} sources of {path.name}")
             target = dest / f"{args.name}-{decoder}.{path.stem}.en"
             target.write_text("\n".join(hyps) + "\n", encoding="utf-8")
-            written.setdefault(path.stem, []).append(str(target))
-    return written
+            files[decoder] = target.name
+        record["sets"][path.stem] = {
+            "sources": len(sources),
+            "distinct_samples_per_source": sum(len(set(s)) for s in samples) / len(samples),
+            "files": files,
+            "seconds": seconds,
+        }
+    record.update(blind_settings(args, lists[f"eps{n}"].get("precision")))
+    (dest / f"{args.name}-blind.json").write_text(json.dumps(record, indent=1))
+    return {s: [str(dest / f) for f in r["files"].values()] for s, r in record["sets"].items()}
+
+
+def blind_settings(args: argparse.Namespace, precision: str | None) -> dict:
+    """What a blind run's outputs depend on, and where it ran."""
+    return {
+        "model": str(args.model),
+        "n": args.n,
+        "epsilon": args.epsilon,
+        "seed": args.seed,
+        "sampling_precision": precision,
+        "utilities": args.utilities,
+        "bertscore_dtype": args.bertscore_dtype,
+        "methods": ["exact", *args.approx],
+        "cpu": nmt.cpu_label(),
+        "threads": torch.get_num_threads(),
+        "command": " ".join(sys.argv),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
