@@ -262,7 +262,7 @@ def documented_commands() -> list[list[str]]:
         text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
         variables: dict[str, str] = {}  # shell assignments of the block (C=configs/...), used below them
         for line in text.splitlines():
-            if m := re.fullmatch(r"([A-Za-z_]\w*)=(\S+)\s*", line):
+            if m := re.fullmatch(r"\s*([A-Za-z_]\w*)=(\S+)\s*", line):
                 variables[m[1]] = m[2]
             if "examples/translation/recipe.py" not in line:
                 continue
