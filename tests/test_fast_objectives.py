@@ -436,8 +436,15 @@ def test_semantic_rows_put_the_risk_on_a_seeded_subset_and_ce_on_every_source(ma
 
     nmt, sp, model, batch, labels = marian
     module = nmt.FineTuner(
-        model, sp, nmt.TrainConfig(), nmt.PairData(sp, SOURCES, REFS, 32), "32-true", "mrt",
-        risk=MinimumRiskLoss(scorer=scorer, alpha=0.5), weight=3.0, samples=4,
+        model,
+        sp,
+        nmt.TrainConfig(),
+        nmt.PairData(sp, SOURCES, REFS, 32),
+        "32-true",
+        "mrt",
+        risk=MinimumRiskLoss(scorer=scorer, alpha=0.5),
+        weight=3.0,
+        samples=4,
     )
     module.train_targets = REFS
     per_source = labels.view(3, 4, -1)

@@ -322,8 +322,9 @@ def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
         (folder / "result.json").write_text(json.dumps(r))
         return folder
 
-    sem = result(tmp_path / "s2" / "bertscore-seed1", arm="bertscore", seed=1, updates=40, updates_trained=30,
-                 train_seconds=48.0)
+    sem = result(
+        tmp_path / "s2" / "bertscore-seed1", arm="bertscore", seed=1, updates=40, updates_trained=30, train_seconds=48.0
+    )
     cfg = recipe.Stage2Config(equal_time=str(sem), seed=1, epochs=2.0)
     with pytest.raises(SystemExit, match=r"ce-seed1/result.json is missing: run the ce arm of seed 1"):
         recipe.run_length(cfg, 100)
@@ -594,3 +595,25 @@ def test_mbr_pools_leave_one_out_is_the_rerankers_mbr_and_picks_come_from_their_
         assert picks["pool-self"][i] in samples[i] + nbest[i] and picks["pool-loo"][i] in samples[i] + nbest[i]
     # n-best vs samples = the reranker's MBR of the n-best list with the samples as pseudo-references
     assert picks["nbest"] == [r.best for r in reranker.rerank(nbest, pseudo_references=samples)]
+
+
+def test_report_of_published_results_without_translations(recipe, tmp_path: Path) -> None:
+    """Seeds whose translations were not kept still enter the mean ± std; their p says so, the others get one."""
+    nmt = recipe.nmt
+    refs = nmt.read_pairs(SAMPLE, "val")[1]
+    hyps = {"ce": refs[:-1] + ["a dog ."], "bertscore": refs}
+    for arm, seed, bleu in [("ce", 0, 40.0), ("ce", 1, 42.0), ("bertscore", 0, 41.0), ("bertscore", 1, 44.0)]:
+        run = tmp_path / f"{arm}-seed{seed}"
+        run.mkdir()
+        scores = {"bleu": bleu, "chrf": 60.0, "bertscore_f": 88.0, "length_ratio": 1.0}
+        result = {"arm": arm, "seed": seed, "eval": {"val": scores}, "seconds_per_update": 2.0 if arm == "ce" else 3.0}
+        result["config"] = {"data": str(SAMPLE), "eval_limit": None}
+        (run / "result.json").write_text(json.dumps(result))
+        if seed == 1:
+            (run / "val.hyp.en").write_text("".join(line + "\n" for line in hyps[arm]))
+    rows = recipe.report(str(tmp_path), "val", training=False).splitlines()
+    assert rows[4].startswith("| ce | 0,1 | 41.00 ± 1.41 |")  # mean 41, sample std sqrt(2)
+    assert rows[5].startswith("| bertscore | 0,1 | 42.50 ± 2.12 |")
+    assert "s0: no translations (ce-seed0, bertscore-seed0)" in rows[5]
+    assert re.search(r"s1: \d\.\d{3} / \d\.\d{3} / \d\.\d{3}", rows[5])
+    assert rows[5].endswith("| 3.00 (1.5×) |")

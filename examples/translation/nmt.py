@@ -445,8 +445,9 @@ class Translator(pl.LightningModule):
         total, count = 0.0, 0
         for batch in self.val.loader(budget, shuffle=False):
             batch = {k: v.to(self.device) for k, v in batch.items()}
-            logits = self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                                labels=batch["labels"]).logits
+            logits = self.model(
+                input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]
+            ).logits
             n = int((batch["labels"] != -100).sum())
             total += float(label_smoothed_ce(logits, batch["labels"], 0.0)) * n
             count += n
@@ -811,7 +812,12 @@ class FineTuner(Translator):
             plan.curve.write_text(json.dumps(curve, indent=1))
         logger.info(
             "update %d: val BLEU %.2f chrF %.2f BERTScore F %.2f (best %s %.2f at update %d)",
-            row["step"], row["bleu"], row["chrf"], row["bertscore_f"], plan.select, self.best[plan.select],
+            row["step"],
+            row["bleu"],
+            row["chrf"],
+            row["bertscore_f"],
+            plan.select,
+            self.best[plan.select],
             self.best["step"],
         )
         return row

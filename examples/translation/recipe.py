@@ -575,8 +575,12 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
                 raise SystemExit(f"time_ratio {ratio}: no ratio_to_ce for {sem['arm']!r} in it (has {sorted(ratios)})")
             basis.update(ratio_from=str(bench), ratio_batch_tokens=timing.get("batch_tokens"))
             if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
-                logger.warning("time_ratio %s was timed at batch_tokens %s, this run uses %s", ratio,
-                               timing["batch_tokens"], cfg.batch_tokens)
+                logger.warning(
+                    "time_ratio %s was timed at batch_tokens %s, this run uses %s",
+                    ratio,
+                    timing["batch_tokens"],
+                    cfg.batch_tokens,
+                )
             ratio = ratios[sem["arm"]]
         if ratio <= 0:
             raise SystemExit(f"time_ratio must be > 0, got {ratio}")
@@ -925,7 +929,12 @@ def mean_sd(vals: list[float], digits: int = 2) -> str:
 
 
 def p_values(base: Path, system: Path, split: str, refs: list[str]) -> str:
-    """Paired bootstrap p of ``system``'s ``split`` translations against ``base``'s (BLEU / chrF / BERTScore F)."""
+    """Paired bootstrap p of ``system``'s ``split`` translations against ``base``'s (BLEU / chrF / BERTScore F).
+
+    A run folder published without its translations (only ``result.json``) gets ``no translations (<run>)``."""
+    missing = [run.name for run in (base, system) if not (run / f"{split}.hyp.en").is_file()]
+    if missing:
+        return f"no translations ({', '.join(missing)})"
     a, b = nmt.read_lines(base / f"{split}.hyp.en"), nmt.read_lines(system / f"{split}.hyp.en")
     if a == b:
         return "same translations"  # the bootstrap's smoothed p (1/1001) would read as significant
