@@ -366,6 +366,7 @@ def main(argv: list[str] | None = None) -> None:
                     for k, v in json.loads(json.dumps(dataclasses.asdict(a.cfg))).items()
                     if v != base_settings.get(k)
                 },
+                "settings": recipe.cost_settings(a.cfg.arm, dataclasses.asdict(a.cfg)),
                 "module": a.attrs,
                 "cpu_seconds_per_update": statistics.mean(a.cpu),
                 "cpu_ratio_to_ce": statistics.mean(a.cpu) / ce_cpu,

@@ -344,6 +344,32 @@ def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
     with pytest.raises(SystemExit, match=r"no ratio_to_ce for 'bertscore' in it \(has \['mrt'\]\)"):
         bench.write_text(json.dumps({"ratio_to_ce": {"mrt": 6.0}}))
         recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    # an mrt run on 32 sources an update is timed by the benchmark arm with semantic_rows 32, not full-batch mrt
+    arms = {
+        "ce": {"arm": "ce", "options": {}, "ratio_to_ce": 1.0},
+        "mrt": {"arm": "mrt", "options": {"arm": "mrt", "weight": 10.0}, "ratio_to_ce": 10.0},
+        "mrt-rows32": {"arm": "mrt", "options": {"arm": "mrt", "semantic_rows": 32}, "ratio_to_ce": 4.0},
+    }
+    bench.write_text(json.dumps({"batch_tokens": 100, "arms": arms}))
+    mrt = result(
+        tmp_path / "s3" / "mrt-seed1", arm="mrt", seed=1, updates=40, train_seconds=9.0, config={"semantic_rows": 32}
+    )
+    rows32 = recipe.dataclasses.replace(cfg, equal_time=str(mrt), time_ratio=str(bench))
+    updates, basis = recipe.run_length(rows32, 100)
+    assert updates == 160 and basis["ratio_arm"] == "mrt-rows32"  # 40 updates × 4.0
+    full = result(tmp_path / "s4" / "mrt-seed1", arm="mrt", seed=1, updates=40, train_seconds=9.0, config={})
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(rows32, equal_time=str(full)), 100)
+    assert updates == 400 and basis["ratio_arm"] == "mrt"  # 40 × 10.0
+    rows16 = result(
+        tmp_path / "s5" / "mrt-seed1", arm="mrt", seed=1, updates=40, train_seconds=9.0, config={"semantic_rows": 16}
+    )
+    with pytest.raises(
+        SystemExit, match=r"no arm in it was timed with this run's settings \{'arm': 'mrt', 'semantic_rows': 16\}"
+    ):
+        recipe.run_length(recipe.dataclasses.replace(rows32, equal_time=str(rows16)), 100)
+    arms["mrt-rows32"]["settings"] = recipe.cost_settings("mrt", {"semantic_rows": 16})  # the benchmark's record wins
+    bench.write_text(json.dumps({"batch_tokens": 100, "arms": arms}))
+    assert recipe.run_length(recipe.dataclasses.replace(rows32, equal_time=str(rows16)), 100)[0] == 160
     with pytest.raises(SystemExit, match="expected a semantic arm's run of seed 0, got bertscore seed 1"):
         recipe.run_length(recipe.dataclasses.replace(cfg, seed=0), 100)
     with pytest.raises(SystemExit, match="only the ce arm"):
@@ -617,3 +643,38 @@ def test_report_of_published_results_without_translations(recipe, tmp_path: Path
     assert "s0: no translations (ce-seed0, bertscore-seed0)" in rows[5]
     assert re.search(r"s1: \d\.\d{3} / \d\.\d{3} / \d\.\d{3}", rows[5])
     assert rows[5].endswith("| 3.00 (1.5×) |")
+
+
+@pytest.mark.slow
+def test_arms_benchmark_records_what_times_a_run(recipe, tiny_model, tmp_path):
+    """benchmarks/translation_arms.py writes each arm's cost settings; an equal-time control reads the ratio
+    of the arm timed with its semantic run's settings."""
+    spec = importlib.util.spec_from_file_location("translation_arms", ROOT / "benchmarks" / "translation_arms.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules["translation_arms"] = bench  # its dataclasses look their module up
+    spec.loader.exec_module(bench)
+    out = tmp_path / "speed.json"
+    argv = [
+        "--model",
+        str(tiny_model),
+        "--set",
+        f"data={SAMPLE}",
+        "--set",
+        "precision=32-true",
+        "--batch-tokens",
+        "200",
+    ]
+    bench.main(
+        [*argv, "--updates", "2", "--skip", "1", "--arms", "ce", "mrt", "rows2=mrt:semantic_rows=2", "--json", str(out)]
+    )
+    arms = json.loads(out.read_text())["arms"]
+    assert arms["rows2"]["settings"] == recipe.cost_settings("mrt", {"semantic_rows": 2})
+    assert arms["mrt"]["settings"]["semantic_rows"] is None and arms["ce"]["ratio_to_ce"] == 1.0
+    run = tmp_path / "stage2" / "mrt-seed0"
+    run.mkdir(parents=True)
+    (run / "result.json").write_text(
+        json.dumps({"arm": "mrt", "seed": 0, "updates": 10, "train_seconds": 1.0, "config": {"semantic_rows": 2}})
+    )
+    cfg = recipe.Stage2Config(equal_time=str(run), time_ratio=str(out), batch_tokens=200)
+    updates, basis = recipe.run_length(cfg, 100)
+    assert basis["ratio_arm"] == "rows2" and updates == round(10 * arms["rows2"]["ratio_to_ce"])

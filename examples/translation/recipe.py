@@ -533,7 +533,8 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
 
     ``time_ratio`` None: that run's ``train_seconds`` ÷ the ``seconds_per_update`` of the ``ce`` run of the
     same seed beside it (``<its folder>/../ce-seed<k>``); a number or a JSON of
-    ``benchmarks/translation_arms.py`` (``ratio_to_ce[<arm>]``): its updates × that ratio.
+    ``benchmarks/translation_arms.py`` (the ``ratio_to_ce`` of the arm timed with the run's arm and
+    ``COST_SETTINGS``): its updates × that ratio.
     """
     if cfg.arm != "ce":
         raise SystemExit(f"equal_time: only the ce arm (the control) gets another arm's training time, not {cfg.arm!r}")
@@ -567,13 +568,8 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
             if not bench.is_file():
                 raise SystemExit(f"time_ratio {ratio}: no such file")
             timing = json.loads(bench.read_text())
-            # {"arms": {label: {"ratio_to_ce": r}}}, or the older {"ratio_to_ce": {arm: r}}
-            ratios = timing.get("ratio_to_ce", {})
-            if "arms" in timing:
-                ratios = {k: a["ratio_to_ce"] for k, a in timing["arms"].items()}
-            if sem["arm"] not in ratios:
-                raise SystemExit(f"time_ratio {ratio}: no ratio_to_ce for {sem['arm']!r} in it (has {sorted(ratios)})")
-            basis.update(ratio_from=str(bench), ratio_batch_tokens=timing.get("batch_tokens"))
+            label, ratio = benchmark_ratio(timing, sem, str(ratio))
+            basis.update(ratio_from=str(bench), ratio_arm=label, ratio_batch_tokens=timing.get("batch_tokens"))
             if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
                 logger.warning(
                     "time_ratio %s was timed at batch_tokens %s, this run uses %s",
@@ -581,7 +577,6 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
                     timing["batch_tokens"],
                     cfg.batch_tokens,
                 )
-            ratio = ratios[sem["arm"]]
         if ratio <= 0:
             raise SystemExit(f"time_ratio must be > 0, got {ratio}")
         basis["ratio"] = ratio
@@ -589,6 +584,41 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
     basis["updates"] = max(1, updates)
     logger.info("equal time: %s", basis)
     return basis["updates"], basis
+
+
+# The settings that change an arm's seconds per update (besides the arm): a benchmark arm times a run only if
+# they agree (an `mrt` run with `semantic_rows: 32` is not timed by the full-batch `mrt` arm).
+COST_SETTINGS = ("semantic_rows", "samples", "scorer_dtype", "mrt_dropout", "bridge_mode")
+
+
+def cost_settings(arm: str, settings: dict) -> dict:
+    """``{"arm": arm, <COST_SETTINGS>: value}``, missing settings at ``Stage2Config``'s defaults."""
+    defaults = {f.name: f.default for f in dataclasses.fields(Stage2Config) if f.name in COST_SETTINGS}
+    return {"arm": arm, **{k: settings.get(k, defaults[k]) for k in COST_SETTINGS}}
+
+
+def benchmark_ratio(timing: dict, sem: dict, source: str) -> tuple[str, float]:
+    """(label, ratio_to_ce) of the arm in a ``benchmarks/translation_arms.py`` JSON timed with the semantic
+    run's arm and cost settings (``COST_SETTINGS``); the older ``{"ratio_to_ce": {arm: r}}`` is by arm name.
+    """
+    if "arms" not in timing:
+        ratios = timing.get("ratio_to_ce", {})
+        if sem["arm"] not in ratios:
+            raise SystemExit(f"time_ratio {source}: no ratio_to_ce for {sem['arm']!r} in it (has {sorted(ratios)})")
+        return sem["arm"], ratios[sem["arm"]]
+    run = cost_settings(sem["arm"], sem.get("config", {}))
+    timed = {
+        label: cost_settings(a.get("arm", label), a.get("settings", a.get("options", {})))
+        for label, a in timing["arms"].items()
+    }
+    matches = [label for label, s in timed.items() if s == run]
+    if not matches:
+        changed = {k: v for k, v in run.items() if k == "arm" or v != cost_settings("", {})[k]}
+        raise SystemExit(
+            f"time_ratio {source}: no arm in it was timed with this run's settings {changed} "
+            f"(has {sorted(timed)}); time it with benchmarks/translation_arms.py or give time_ratio as a number"
+        )
+    return matches[0], timing["arms"][matches[0]]["ratio_to_ce"]
 
 
 def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
