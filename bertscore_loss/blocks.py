@@ -102,5 +102,3 @@ def match_blocks(
             out[:, ri.unsqueeze(1), cj.unsqueeze(0)] = _tile(gather(rows[ri], int(r_len[i0])), ref)
             i0 += a
     return out
-
-

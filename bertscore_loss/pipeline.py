@@ -31,8 +31,6 @@ _P = ParamSpec("_P")
 _T = TypeVar("_T")
 
 
-
-
 def encode(
     encoder: FrozenEncoder,
     texts: Sequence[str],

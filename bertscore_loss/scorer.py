@@ -57,7 +57,6 @@ class TokenSimilarity:
     model: str
 
 
-
 class BERTScorer:
     """BERTScore with an encoder loaded once (shared through :func:`bertscore_loss.registry.encoder_for`).
 

@@ -23,7 +23,6 @@ class Tokenized:
     truncated: int
 
 
-
 class Tokenization:
     """The tokenisation half of :class:`~bertscore_loss.FrozenEncoder` (which mixes it in).
 
@@ -170,4 +169,3 @@ def _is_byte_level(tokenizer: object) -> bool:
     from transformers import GPT2Tokenizer, RobertaTokenizer
 
     return isinstance(tokenizer, (GPT2Tokenizer, RobertaTokenizer))
-
