@@ -251,8 +251,8 @@ def test_a_corrupt_checkpoint_is_one_line(recipe, tiny_model, tmp_path):
 
 
 def documented_commands() -> list[list[str]]:
-    """Every ``recipe.py`` command of docs/translation.md's bash blocks and of the configs' comments, loop
-    variables filled."""
+    """Every ``recipe.py`` command of docs/translation.md's bash blocks and of the configs' comments, the
+    block's assignments and loop variables (their first value) filled."""
     import shlex
 
     texts = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "translation.md").read_text(encoding="utf-8"), re.S)
@@ -262,8 +262,11 @@ def documented_commands() -> list[list[str]]:
         text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
         variables: dict[str, str] = {}  # shell assignments of the block (C=configs/...), used below them
         for line in text.splitlines():
-            if m := re.fullmatch(r"\s*([A-Za-z_]\w*)=(\S+)\s*", line):
-                variables[m[1]] = m[2]
+            for part in line.split(";"):  # assignments (C=...; R=...) and loops (for w in 2 20; do): first value
+                if m := re.fullmatch(r"\s*([A-Za-z_]\w*)=(\S+)\s*", part) or re.fullmatch(
+                    r"\s*for (\w+) in (\S+).*", part
+                ):
+                    variables[m[1]] = m[2]
             if "examples/translation/recipe.py" not in line:
                 continue
             for name, value in variables.items():
