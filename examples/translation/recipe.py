@@ -573,7 +573,7 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
             if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
                 logger.warning(
                     "time_ratio %s was timed at batch_tokens %s, this run uses %s",
-                    ratio,
+                    bench,
                     timing["batch_tokens"],
                     cfg.batch_tokens,
                 )
