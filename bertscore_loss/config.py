@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -47,6 +48,36 @@ def max_elements_for(device: str | torch.device, value: int | None = None, *, bl
     if blocks:
         return BLOCK_MAX_ELEMENTS
     return CPU_MAX_ELEMENTS if _is_cpu(device) else ACCEL_MAX_ELEMENTS
+
+
+def check_number(
+    value: object,
+    what: str,
+    *,
+    positive: bool = False,
+    at_least: float | None = None,
+    integer: bool = False,
+    allow_none: bool = False,
+) -> None:
+    """ValueError naming ``what`` unless ``value`` is a finite real number (not a bool; an int with
+    ``integer``), > 0 with ``positive``, >= ``at_least`` when given; None passes with ``allow_none``."""
+    if value is None and allow_none:
+        return
+    kind = numbers.Integral if integer else numbers.Real
+    ok = isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(float(value))  # type: ignore[arg-type]
+    if ok and positive:
+        ok = float(value) > 0  # type: ignore[arg-type]
+    if ok and at_least is not None:
+        ok = float(value) >= at_least  # type: ignore[arg-type]
+    if not ok:
+        need = "an int" if integer else "a finite number"
+        if positive:
+            need += " > 0"
+        if at_least is not None:
+            need += f" >= {at_least:g}"
+        if allow_none:
+            need += " or None"
+        raise ValueError(f"{what} must be {need}, got {value!r}")
 
 
 def check_measure(value: object, what: str = "measure") -> Measure:

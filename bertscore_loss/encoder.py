@@ -25,7 +25,7 @@ from .loading import (
 )
 from .packed import PackedEmbeddings, normalize_tokens
 from .presets import BUNDLED_NAME, default_layer
-from .tokens import Tokenization, Tokenized, _is_byte_level, length_order
+from .tokens import Tokenization, Tokenized, _is_byte_level, length_order, window_plan
 
 logger = logging.getLogger(__name__)
 
@@ -223,6 +223,57 @@ class FrozenEncoder(Tokenization, nn.Module):
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds)
         return out[0]
 
+    def forward_windowed(self, inputs_embeds: Tensor, lengths: Tensor) -> Tensor:
+        """Hidden states ``[B, L, d]`` of framed embedding rows ``[B, L, d]`` (``lengths`` ``[B]``: framed
+        tokens of each row, padding after) of which some are longer than ``max_length``: long rows are
+        encoded in the windows of ``long_inputs="window"`` (as :meth:`embed_ids` encodes long token lists,
+        each token from the window where it has the most context), short rows as they are. Differentiable
+        in ``inputs_embeds``; positions past a row's length hold zeros."""
+        if self.long_inputs != "window" or self.window_stride is None:
+            raise ValueError("forward_windowed needs long_inputs='window'")
+        pre, post = (len(x) for x in self.framing)
+        body, stride, width = self.window_body, self.window_stride, self.max_length
+        b, length, d = inputs_embeds.shape
+        device = inputs_embeds.device
+        windows: list[Tensor] = []
+        masks: list[int] = []
+        plans: list[tuple[int, int, list[int], Tensor]] = []  # (row, first slot, starts, best window)
+        for i, n_framed in enumerate(lengths.tolist()):
+            row = inputs_embeds[i]
+            n = n_framed - pre - post
+            if n_framed <= width:
+                windows.append(
+                    row[:width] if length >= width else torch.nn.functional.pad(row, (0, 0, 0, width - length))
+                )
+                masks.append(n_framed)
+                plans.append((i, len(windows) - 1, [], torch.zeros(0, dtype=torch.long)))
+                continue
+            starts, best = window_plan(n, body, stride)
+            first = len(windows)
+            for s in starts:
+                windows.append(torch.cat((row[:pre], row[pre + s : pre + s + body], row[pre + n : pre + n + post])))
+                masks.append(width)
+            plans.append((i, first, starts, best))
+        mask = torch.arange(width, device=device).unsqueeze(0) < torch.tensor(masks, device=device).unsqueeze(1)
+        hidden = self(inputs_embeds=torch.stack(windows), attention_mask=mask.long())  # [W, width, d']
+        flat = hidden.reshape(-1, hidden.shape[-1])
+        index = torch.zeros((b, length), dtype=torch.long)
+        keep = torch.zeros((b, length), dtype=torch.bool)
+        for i, first, starts, best in plans:
+            n_framed = int(lengths[i])
+            if not starts:
+                index[i, :n_framed] = first * width + torch.arange(n_framed)
+            else:
+                n = n_framed - pre - post
+                start_t = torch.tensor(starts)
+                head = first * width + torch.arange(pre)
+                text = (first + best) * width + pre + (torch.arange(n) - start_t[best])
+                tail = (first + len(starts) - 1) * width + pre + body + torch.arange(post)
+                index[i, :n_framed] = torch.cat((head, text, tail))
+            keep[i, :n_framed] = True
+        out = flat[index.to(device).reshape(-1)].reshape(b, length, -1)
+        return out * keep.to(device).unsqueeze(-1).to(out.dtype)
+
     @torch.inference_mode()
     def embed_ids(
         self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None, progress: bool = False
@@ -266,13 +317,13 @@ class FrozenEncoder(Tokenization, nn.Module):
         body, stride = self.window_body, self.window_stride
         assert stride is not None, "long_inputs='window' sets window_stride in __init__"
         work = [list(r) for r in ids]  # a long text's slot holds its first window, further windows go last
-        plans: list[tuple[int, list[int], list[int]]] = []  # (text, window slots, window starts)
+        plans: list[tuple[int, list[int], list[int], Tensor]] = []  # (text, window slots, starts, best window)
         for i, row in enumerate(ids):
             if len(row) <= self.max_length:
                 continue
             text = list(row[pre : len(row) - post])
             n = len(text)
-            starts = list(range(0, n - body, stride)) + [n - body]
+            starts, best = window_plan(n, body, stride)
             slots = [i]
             for k, s in enumerate(starts):
                 window = [*row[:pre], *text[s : s + body], *row[len(row) - post :]]
@@ -281,7 +332,7 @@ class FrozenEncoder(Tokenization, nn.Module):
                 else:
                     slots.append(len(work))
                     work.append(window)
-            plans.append((i, slots, starts))
+            plans.append((i, slots, starts, best))
         packed = self.embed_ids(work, batch_tokens=batch_tokens, progress=progress)
         lengths = torch.tensor([len(r) for r in ids], dtype=torch.long)
         offsets = torch.cumsum(lengths, 0) - lengths
@@ -289,14 +340,11 @@ class FrozenEncoder(Tokenization, nn.Module):
         owner = torch.repeat_interleave(torch.arange(len(ids)), lengths)
         src_off = packed.offsets.cpu()
         rows = src_off[owner] + torch.arange(total) - offsets[owner]  # short texts: their own rows
-        for i, slots, starts in plans:
+        for i, slots, starts, best in plans:
             n = len(ids[i]) - pre - post
-            start_t = torch.tensor(starts).unsqueeze(1)
-            pos = torch.arange(n).unsqueeze(0)
-            context = torch.minimum(pos - start_t, start_t + body - 1 - pos)  # [windows, n]; < 0 outside
-            best = context.argmax(0)
+            start_t = torch.tensor(starts)
             win_off = src_off[torch.tensor(slots)]
-            text_rows = win_off[best] + pre + (pos[0] - start_t[best, 0])
+            text_rows = win_off[best] + pre + (torch.arange(n) - start_t[best])
             head = win_off[0] + torch.arange(pre)
             tail = win_off[-1] + pre + body + torch.arange(post)
             rows[int(offsets[i]) : int(offsets[i]) + len(ids[i])] = torch.cat((head, text_rows, tail))

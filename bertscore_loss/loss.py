@@ -14,7 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from .bridge import VocabBridge
 from .cache import EmbeddingCache
-from .config import Measure, ScorerConfig, check_measure
+from .config import Measure, ScorerConfig, check_measure, check_number
 from .encoder import FrozenEncoder
 from .loading import warn
 from .matching import MaxMode, bertscore, f_score
@@ -26,7 +26,7 @@ from .validation import references_are_text
 __all__ = ["BERTScoreLoss", "LossConfig", "LossOutput", "references_are_text"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class LossConfig:
     """Settings of :class:`BERTScoreLoss` beyond the encoder's (those are a :class:`ScorerConfig`).
 
@@ -40,6 +40,9 @@ class LossConfig:
     references only, so that a training set's references are encoded in the first epoch and reused after:
     Multi30k's 29,000 English references take 661 MB with the bundled MiniLM (an LRU smaller than the set
     cycled every epoch keeps almost none of it).
+
+    Frozen and checked when built: NaN, infinite or out-of-range values are a ValueError naming the field
+    (change a setting with ``dataclasses.replace``).
     """
 
     max_mode: MaxMode = "straight_through"
@@ -52,6 +55,22 @@ class LossConfig:
     beta: float = 1.0
     reduction: Literal["mean", "sum", "none"] = "mean"
     ref_cache_bytes: int = 1 << 30
+
+    def __post_init__(self) -> None:
+        if self.max_mode not in ("hard", "soft", "straight_through"):
+            raise ValueError(f"max_mode must be 'hard', 'soft' or 'straight_through', got {self.max_mode!r}")
+        if self.inputs not in ("logits", "probs"):
+            raise ValueError(f"inputs must be 'logits' or 'probs', got {self.inputs!r}")
+        if self.gumbel not in (None, "soft", "hard"):
+            raise ValueError(f"gumbel must be None, 'soft' or 'hard', got {self.gumbel!r}")
+        check_measure(self.measure)
+        if self.reduction not in ("mean", "sum", "none"):
+            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {self.reduction!r}")
+        check_number(self.temperature, "temperature", positive=True)
+        check_number(self.logit_temperature, "logit_temperature", positive=True)
+        check_number(self.beta, "beta", positive=True)
+        check_number(self.top_k, "top_k", integer=True, at_least=1, allow_none=True)
+        check_number(self.ref_cache_bytes, "ref_cache_bytes", integer=True, at_least=0)
 
 
 def attention_kernel(inputs: Tensor) -> contextlib.AbstractContextManager[None]:
@@ -82,16 +101,30 @@ class LossOutput(NamedTuple):
 _LOSS_FIELDS = {f.name for f in dataclasses.fields(LossConfig)}
 
 
+def _check_distributions(probs: Tensor, mask: Tensor, tol: float = 1e-3) -> None:
+    """ValueError naming the first real position (``mask`` ``[B, T]``) whose row of ``probs`` ``[B, T, V]`` is
+    not a distribution (a negative entry, or a sum off 1 by more than ``tol``)."""
+    total = probs.sum(dim=-1, dtype=torch.float32)
+    bad = mask & (((total - 1).abs() > tol) | (probs.amin(dim=-1) < 0))
+    if bool(bad.any()):
+        b, t = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(
+            f"inputs='probs' but candidates[{b}, {t}] is not a distribution (sum {float(total[b, t]):.4g}, "
+            f"min {float(probs[b, t].min()):.4g}): give probabilities that sum to 1, or logits with inputs='logits'"
+        )
+
+
 class BERTScoreLoss(nn.Module):
     """BERTScore of generated candidates against references, differentiable in the candidates.
 
-    ``forward(candidates, references, candidate_mask=None)``:
+    ``forward(candidates, references, candidate_mask=None, reference_mask=None)``:
 
     - ``candidates``: encoder token ids ``[B, T]`` (long), or logits/probabilities ``[B, T, V]`` over
       the encoder's vocabulary (or the generator's, with ``bridge``); ``candidate_mask`` ``[B, T]``
       (True = a real token) excludes padding and positions after EOS.
-    - ``references``: ``B`` strings, or framed encoder token ids (as ``FrozenEncoder.tokenize`` gives);
-      encoded without gradient and cached by content.
+    - ``references``: ``B`` strings, or framed encoder token ids (as ``FrozenEncoder.tokenize`` gives;
+      a padded ``[B, L]`` tensor with ``reference_mask`` ``[B, L]``, True = a real token: ids holding the
+      pad id without a mask are refused); encoded without gradient and cached by content.
 
     The candidate is framed with the encoder's special tokens as one-hot rows, exactly as the
     evaluation mode tokenises, so one-hot inputs with ``max_mode="hard"`` reproduce
@@ -116,13 +149,7 @@ class BERTScoreLoss(nn.Module):
     ) -> None:
         super().__init__()
         loss_fields = {k: fields.pop(k) for k in list(fields) if k in _LOSS_FIELDS}
-        self.loss_config = dataclasses.replace(loss or LossConfig(), **loss_fields)
-        lc = self.loss_config
-        check_measure(lc.measure)
-        if lc.reduction not in ("mean", "sum", "none"):
-            raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {lc.reduction!r}")
-        if lc.top_k is not None and lc.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {lc.top_k}")
+        self.loss_config = dataclasses.replace(loss or LossConfig(), **loss_fields)  # validated when built
         scorer = scorer_from(scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="BERTScoreLoss", **fields)
         if scorer.config.idf and scorer.idf is None:
             raise ValueError(
@@ -240,6 +267,8 @@ class BERTScoreLoss(nn.Module):
                     "the candidate distribution is NaN at a real (unmasked) position: NaN, +inf or all -inf "
                     f"{lc.inputs} there (mask such positions with candidate_mask)"
                 )
+            if lc.inputs == "probs" and not isinstance(rows, TopK):
+                _check_distributions(candidates.detach(), mask)
         if self.bridge is None or self.bridge.mode != "retokenize":
             emb, w = self._position_rows(rows, mask, hard)
             return emb, w, mask
@@ -299,7 +328,9 @@ class BERTScoreLoss(nn.Module):
         return emb, w
 
     def frame(self, emb: Tensor, weight: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Put the special tokens around each candidate's real tokens.
+        """Put the special tokens around each candidate's real tokens (cut to the model's maximum, with a
+        warning, unless the encoder has ``long_inputs="window"``: then long rows are encoded in windows, as the
+        scorer encodes long texts).
 
         ``emb`` ``[B, T, d]``, ``weight``/``mask`` ``[B, T]`` → framed ``[B, L, d]``, ``[B, L]``, ``[B, L]``
         with ``L = len(prefix) + T + len(suffix)``; real tokens are packed to the front first.
@@ -311,7 +342,7 @@ class BERTScoreLoss(nn.Module):
         lengths = mask.sum(dim=1)
         npre, nsuf = len(self._prefix), len(self._suffix)
         limit = self.encoder.max_length - npre - nsuf
-        if lengths.numel() and int(lengths.max()) > limit:
+        if lengths.numel() and int(lengths.max()) > limit and self.encoder.long_inputs != "window":
             warn(f"{int((lengths > limit).sum())} candidate(s) are longer than the model's maximum and were truncated")
             lengths = lengths.clamp_max(limit)
             t = min(t, limit)
@@ -335,34 +366,65 @@ class BERTScoreLoss(nn.Module):
         return framed, framed_w, in_content | is_special
 
     # --- references -----------------------------------------------------------------------------
-    def reference_inputs(self, references: Sequence[str] | Sequence[Sequence[int]]) -> tuple[Tensor, Tensor, Tensor]:
-        """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient)."""
+    def reference_inputs(
+        self, references: Sequence[str] | Sequence[Sequence[int]] | Tensor, mask: Tensor | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Unit-normalised reference embeddings ``[B, Lr, d]``, mask and weights ``[B, Lr]`` (no gradient).
+
+        Token-id references are framed ids without padding; a padded ``[B, L]`` tensor needs ``mask``
+        ``[B, L]`` (True = a real token). Ids that hold the tokenizer's pad id without a mask are refused:
+        padding would be scored as a real token.
+        """
         # references_are_text checks which of the two kinds ``references`` is; cast() records it for mypy.
         if not references_are_text(references):
-            id_rows = cast("Sequence[Sequence[int]]", references)
-            vocab = self.encoder.vocab_size
-            for i, row in enumerate(id_rows):
-                ids = row.tolist() if isinstance(row, Tensor) else list(row)
-                bad = [t for t in ids if not isinstance(t, int) or not 0 <= t < vocab]
-                if bad:
-                    raise ValueError(
-                        f"references[{i}] holds token id {bad[0]!r} outside the encoder vocabulary [0, {vocab})"
-                    )
-            rows = [[int(t) for t in (r.tolist() if isinstance(r, Tensor) else r)] for r in id_rows]
+            rows = self._reference_rows(cast("Sequence[Sequence[int]] | Tensor", references), mask)
             packed, _, _ = self.encoder.embed_token_ids(
                 rows, batch_tokens=self.scorer.config.batch_tokens, cache=self.reference_cache
             )
         else:
+            if mask is not None:
+                raise ValueError("reference_mask applies to token-id references only, not to text")
             packed, _ = self.scorer.embed(cast("Sequence[str]", references), cache=self.reference_cache)
         weight = self.scorer.weights(packed)
         return packed.gather(torch.arange(len(references), device=packed.flat.device), weight)
+
+    def _reference_rows(self, references: Sequence[Sequence[int]] | Tensor, mask: Tensor | None) -> list[list[int]]:
+        """Checked id lists of token-id references (``mask`` drops padding); see :meth:`reference_inputs`."""
+        vocab = self.encoder.vocab_size
+        pad = self.encoder.tokenizer.pad_token_id
+        if mask is not None:
+            if not isinstance(references, Tensor) or not isinstance(mask, Tensor):
+                raise TypeError("reference_mask goes with references given as one [batch, length] tensor of ids")
+            if tuple(mask.shape) != tuple(references.shape):
+                raise ValueError(
+                    f"reference_mask must have the references' shape {tuple(references.shape)}, got {tuple(mask.shape)}"
+                )
+        rows = []
+        for i, row in enumerate(references):
+            ids = row.tolist() if isinstance(row, Tensor) else list(row)
+            if mask is not None:
+                keep = mask[i].bool().tolist()
+                ids = [t for t, k in zip(ids, keep) if k]
+            bad = [t for t in ids if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab]
+            if bad:
+                raise ValueError(
+                    f"references[{i}] holds token id {bad[0]!r} outside the encoder vocabulary [0, {vocab})"
+                )
+            if mask is None and pad is not None and pad in ids:
+                raise ValueError(
+                    f"references[{i}] holds the pad id {pad}: padding would be scored as a token; pass "
+                    "reference_mask=... (True = real token) with a padded tensor, or unpadded id lists"
+                )
+            rows.append(ids)
+        return rows
 
     # --- forward --------------------------------------------------------------------------------
     def forward(
         self,
         candidates: Tensor,
-        references: Sequence[str] | Sequence[Sequence[int]],
+        references: Sequence[str] | Sequence[Sequence[int]] | Tensor,
         candidate_mask: Tensor | None = None,
+        reference_mask: Tensor | None = None,
     ) -> LossOutput:
         """:class:`LossOutput` of ``candidates`` against ``references`` (see the class docstring).
 
@@ -412,7 +474,7 @@ class BERTScoreLoss(nn.Module):
             # the sparse top-k path masks its [B, T, k] entries instead (no [B, T, V] copy).
             candidates = candidates.masked_fill(~candidate_mask.unsqueeze(-1), 0.0)
         emb, weight, content_mask = self.candidate_inputs(candidates, candidate_mask)
-        p, r, f, value = self.score_rows(emb, weight, content_mask, references)
+        p, r, f, value = self.score_rows(emb, weight, content_mask, references, reference_mask=reference_mask)
         loss = 1.0 - value
         if lc.reduction == "mean":
             loss = loss.mean()
@@ -425,8 +487,9 @@ class BERTScoreLoss(nn.Module):
         emb: Tensor,
         weight: Tensor,
         mask: Tensor,
-        references: Sequence[str] | Sequence[Sequence[int]],
+        references: Sequence[str] | Sequence[Sequence[int]] | Tensor,
         max_mode: MaxMode | None = None,
+        reference_mask: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """P, R, F and the configured measure, each ``[B]``, of unframed candidate rows.
 
@@ -437,8 +500,11 @@ class BERTScoreLoss(nn.Module):
         framed, cand_w, cand_mask = self.frame(emb, weight, mask)
         framed = framed.to(self.encoder.input_embeddings.dtype)
         with attention_kernel(framed):
-            hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
-        ref_emb, ref_mask, ref_w = self.reference_inputs(references)
+            if framed.shape[1] > self.encoder.max_length:  # only with long_inputs="window": as the scorer
+                hidden = self.encoder.forward_windowed(framed, cand_mask.sum(dim=1))
+            else:
+                hidden = self.encoder(inputs_embeds=framed, attention_mask=cand_mask.long())
+        ref_emb, ref_mask, ref_w = self.reference_inputs(references, reference_mask)
         if not torch.is_autocast_enabled(hidden.device.type):
             ref_emb = ref_emb.to(hidden.dtype)
         mode = max_mode or lc.max_mode

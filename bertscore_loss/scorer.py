@@ -182,6 +182,16 @@ class BERTScorer:
         )
 
     # --- scoring -----------------------------------------------------------------------------
+    def empty_texts(self, texts: Sequence[str]) -> list[bool]:
+        """Which of ``texts`` have no content token (empty, whitespace- or zero-width-only, e.g. a zero-width space):
+        the texts whose pairs score 0 (before rescaling). The one rule of emptiness for everything built on
+        a scorer (rewards, reranking, metrics)."""
+        texts = check_texts(texts, "texts")
+        if not texts:
+            return []
+        special = self.encoder.special_ids
+        return [all(t in special for t in row) for row in self.encoder.tokenize(texts).ids]
+
     @overload
     def score(
         self,
@@ -255,13 +265,15 @@ class BERTScorer:
         * ``reduce=True``: each candidate's references reduced by ``config.multi_ref`` (and rescaled):
           :class:`Scores` ``[B, k]`` (``k`` = the longest group), float32 on CPU with **NaN** after the
           end of a shorter group (``torch.isnan`` is the mask) and ``ref_index`` -1 there. Values equal
-          :meth:`score` of the flattened pairs.
+          :meth:`score` of the flattened pairs, except under the IDF rule below.
         * ``reduce=False``: the all-pairs blocks, one float32 CPU tensor ``[3, n_b, m_b]`` per group
           (P, R, F of candidate ``i`` against reference ``j``, rescaled if the scorer rescales): MBR
           utility matrices (``candidates`` as hypotheses, ``references`` as pseudo-references).
 
-        With ``idf=True`` and no fixed ``idf_corpus`` the IDF table is over the references of the call,
-        each group's references counted once (not once per candidate).
+        IDF rule: with ``idf=True`` and no fixed ``idf_corpus`` the IDF table is over the references as
+        given to the call: here each group's references counted once (not once per candidate); in
+        :meth:`score` each candidate's reference(s), as ``bert-score`` counts them. So the two agree with
+        IDF when every group has one candidate or the table is fixed (``idf_corpus``), and differ otherwise.
         """
         lists = check_lists(candidates, "candidates", allow_empty=True)
         groups = check_references(references, len(lists), "references")

@@ -217,8 +217,11 @@ def optimise_logits(
             desc = f"optimise logits {lo // cfg.batch_size + 1}/{-(-len(refs) // cfg.batch_size)}"
             for step in tqdm(range(cfg.steps), desc=desc, disable=hide):
                 frac = step / max(cfg.steps - 1, 1)
-                relaxed.loss_config.beta = cfg.beta_start + (beta_end - cfg.beta_start) * frac
-                relaxed.loss_config.logit_temperature = g0 * (g1 / g0) ** frac
+                relaxed.loss_config = dataclasses.replace(
+                    relaxed.loss_config,
+                    beta=cfg.beta_start + (beta_end - cfg.beta_start) * frac,
+                    logit_temperature=g0 * (g1 / g0) ** frac,
+                )
                 opt.zero_grad()
                 with torch.enable_grad():
                     relaxed(logits, row_refs, mask).loss.backward()

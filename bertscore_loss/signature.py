@@ -20,6 +20,30 @@ _KEYS = {
 }
 
 
+def _escape(value: str) -> str:
+    """A field value as printed: ``\\`` and ``|`` escaped with a backslash, so any folder name round-trips."""
+    return value.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def _split(text: str) -> list[str]:
+    """The fields of a printed signature: split at unescaped ``|``, escapes removed."""
+    parts, cur, i = [], [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            cur.append(text[i + 1])
+            i += 2
+            continue
+        if c == "|":
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+        i += 1
+    parts.append("".join(cur))
+    return parts
+
+
 @dataclass(frozen=True)
 class Signature:
     """Everything that determines a BERTScore value, e.g.
@@ -47,7 +71,7 @@ class Signature:
             value = getattr(self, name)
             if value is None:
                 continue
-            parts.append(f"{key}:{value}")
+            parts.append(f"{key}:{_escape(str(value))}")
         return "|".join(parts)
 
     @classmethod
@@ -56,7 +80,7 @@ class Signature:
         if not isinstance(text, str):
             raise TypeError(f"a signature is a str, got {type(text).__name__}")
         values: dict[str, object] = {}
-        for part in text.strip().split("|"):
+        for part in _split(text.strip()):
             key, sep, value = part.partition(":")
             if not sep or key not in _KEYS:
                 raise ValueError(f"not a bertscore-loss signature field: {part!r} (known: {', '.join(_KEYS)})")
@@ -67,10 +91,10 @@ class Signature:
         missing = [k for k, n in _KEYS.items() if n not in values and n in ("version", "model", "layer")]
         if missing:
             raise ValueError(f"the signature lacks {', '.join(missing)}: {text!r}")
-        try:
-            values["layer"] = int(str(values["layer"]))
-        except ValueError:
-            raise ValueError(f"layer must be an int in a signature, got {values['layer']!r}") from None
+        layer = str(values["layer"])
+        if not (layer.isascii() and layer.isdigit()):
+            raise ValueError(f"layer must be a non-negative int (ASCII digits) in a signature, got {layer!r}")
+        values["layer"] = int(layer)
         return cls(**values)  # type: ignore[arg-type]
 
     def differences(self, other: Signature | str) -> dict[str, tuple[object, object]]:

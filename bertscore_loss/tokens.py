@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -13,6 +14,9 @@ from torch import Tensor
 
 from .chunking import budget_runs
 from .config import batch_tokens_for
+
+# tokenizer(...) switches a fast tokenizer's shared truncation/padding state per call: one call at a time
+_HF_CALL_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -86,27 +90,51 @@ class Tokenization:
         return int(stride)
 
     # --- tokenisation ------------------------------------------------------------------------
+    def _own_backend(self) -> Any:
+        """A private copy of a fast tokenizer's Rust backend with truncation and padding off, or None.
+
+        The copy is never changed after it is made, so tokenising is safe from any thread whatever the
+        shared tokenizer's state (a data collator may have switched its truncation on). None for a slow
+        tokenizer or one that needs call arguments (those go through ``tokenizer(...)`` under a lock).
+        """
+        backend = getattr(self.tokenizer, "_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
+        if backend is None or self._call_kwargs or not hasattr(backend, "to_str"):
+            return None
+        from tokenizers import Tokenizer
+
+        own = Tokenizer.from_str(backend.to_str())
+        own.no_truncation()
+        own.no_padding()
+        return own
+
     def _encode(self, texts: list[str]) -> list[list[int]]:
         """Ids of ``texts`` with special tokens, uncut: one batched call of the Rust tokenizer.
 
-        A fast tokenizer without call arguments is called directly (``encode_batch``, with truncation and
-        padding off for the call, then restored), which skips transformers' per-text output conversion;
-        others go through ``tokenizer(...)``. Both give the same ids (tests/test_encoder.py).
+        A fast tokenizer without call arguments is called through the encoder's private copy of its backend
+        (``encode_batch``), which skips transformers' per-text output conversion and never touches the shared
+        tokenizer's state; others go through ``tokenizer(...)`` (which switches the shared tokenizer's
+        truncation per call) under a lock. Both give the same ids (tests/test_encoder.py).
         """
-        backend = getattr(self.tokenizer, "_tokenizer", None) if getattr(self.tokenizer, "is_fast", False) else None
-        if backend is None or self._call_kwargs or not hasattr(backend, "encode_batch"):
+        if "_backend" not in self.__dict__:  # made once (a race makes two equal copies, harmlessly)
+            self.__dict__["_backend"] = self._own_backend()
+        own = self.__dict__["_backend"]
+        if own is None:
             kw = self._call_kwargs
-            return self.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False, **kw)["input_ids"]
-        truncation, padding = backend.truncation, backend.padding
-        backend.no_truncation()
-        backend.no_padding()
-        try:
-            return [e.ids for e in backend.encode_batch(texts, add_special_tokens=True)]
-        finally:
-            if truncation is not None:
-                backend.enable_truncation(**truncation)
-            if padding is not None:
-                backend.enable_padding(**padding)
+            with _HF_CALL_LOCK:
+                out = self.tokenizer(texts, add_special_tokens=True, truncation=False, verbose=False, **kw)
+            return out["input_ids"]
+        return [e.ids for e in own.encode_batch(texts, add_special_tokens=True)]
+
+    def _cut(self, row: list[int]) -> list[int]:
+        """``row`` (framing + text tokens) cut to ``max_length``: text tokens dropped on the tokenizer's
+        ``truncation_side``, the framing kept, as ``tokenizer(..., truncation=True)`` cuts a single text."""
+        pre, post = self.framing
+        body = row[len(pre) : len(row) - len(post)]
+        keep = self.max_length - len(pre) - len(post)
+        body = (
+            body[len(body) - keep :] if getattr(self.tokenizer, "truncation_side", "right") == "left" else body[:keep]
+        )
+        return list(row[: len(pre)]) + body + list(row[len(row) - len(post) :])
 
     def tokenize(self, texts: Sequence[str]) -> Tokenized:
         """Token ids of each text, stripped, with the tokenizer's special tokens, cut to ``max_length``.
@@ -117,21 +145,13 @@ class Tokenization:
         stripped = [t.strip() for t in texts]
         if not stripped:
             return Tokenized([], 0)
-        ids = self._encode(stripped)
+        ids = [list(r) for r in self._encode(stripped)]
         if self.long_inputs == "window":
-            return Tokenized([list(r) for r in ids], 0)
+            return Tokenized(ids, 0)
         long = [i for i, row in enumerate(ids) if len(row) > self.max_length]
-        if long:  # one batched call; cutting ids by hand would drop the closing special tokens
-            cut = self.tokenizer(
-                [stripped[i] for i in long],
-                add_special_tokens=True,
-                truncation=True,
-                max_length=self.max_length,
-                **self._call_kwargs,
-            )["input_ids"]
-            for i, row in zip(long, cut):
-                ids[i] = row
-        return Tokenized([list(r) for r in ids], len(long))
+        for i in long:
+            ids[i] = self._cut(ids[i])
+        return Tokenized(ids, len(long))
 
     def padded_batches(
         self, ids: Sequence[Sequence[int]], order: Sequence[int], batch_tokens: int | None = None
@@ -153,6 +173,16 @@ class Tokenization:
             rows = (offsets[members].unsqueeze(1) + steps).masked_fill(~mask, 0)
             batch = flat[rows].masked_fill(~mask, pad_id) if flat.numel() else torch.full(mask.shape, pad_id)
             yield members.tolist(), batch, mask.long()
+
+
+def window_plan(n: int, body: int, stride: int) -> tuple[list[int], Tensor]:
+    """Windows over ``n`` text tokens: their starts (every ``stride``, the last one flush with the end) and,
+    per token ``[n]``, the window where it has the most context on its shorter side (first on ties)."""
+    starts = list(range(0, n - body, stride)) + [n - body]
+    start_t = torch.tensor(starts).unsqueeze(1)
+    pos = torch.arange(n).unsqueeze(0)
+    context = torch.minimum(pos - start_t, start_t + body - 1 - pos)  # [windows, n]; < 0 outside
+    return starts, context.argmax(0)
 
 
 def length_order(ids: Sequence[Sequence[int]]) -> tuple[list[int], Tensor, Tensor]:

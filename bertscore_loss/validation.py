@@ -12,7 +12,21 @@ def check_texts(texts: object, what: str) -> list[str]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise TypeError(f"{what}[{i}] must be str, got {type(t).__name__}")
+        check_unicode(t, f"{what}[{i}]")
     return list(texts)
+
+
+def check_unicode(text: str, what: str) -> None:
+    """ValueError naming ``what`` when ``text`` holds a lone surrogate (not encodable text, e.g. bytes decoded
+    with ``errors="surrogateescape"``)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start]
+        raise ValueError(
+            f"{what} is not valid Unicode: it holds the lone surrogate {bad!r} at character {exc.start} "
+            "(decode the bytes with errors='replace', or fix the text)"
+        ) from None
 
 
 def check_references(refs: object, n: int, what: str = "refs") -> list[list[str]]:

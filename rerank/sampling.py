@@ -248,11 +248,26 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
     forced_bos = _setting(model, "forced_bos_token_id")
     forced_eos = _ids(_setting(model, "forced_eos_token_id"))
     min_new = int(getattr(gen_cfg, "min_new_tokens", None) or max(0, int(getattr(gen_cfg, "min_length", 0) or 0) - 1))
+    vocab = int(getattr(model.config, "vocab_size", 0) or 0)
+    limit = model_positions(model)
+    if limit is not None and config.max_new_tokens is not None and config.max_new_tokens > limit - 1:
+        raise ValueError(
+            f"max_new_tokens={config.max_new_tokens} is past the model's {limit} positions "
+            f"(at most {limit - 1} new tokens after the start token)"
+        )
     srcs = []
     for i, s in enumerate(sources):
-        ids = [int(t) for t in s]
+        try:
+            ids = [int(t) for t in s]
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"sources[{i}] must be a sequence of int token ids") from exc
         if not ids:
             raise ValueError(f"sources[{i}] is empty: give at least one token (e.g. EOS)")
+        bad_ids = [t for t in ids if t < 0 or (vocab and t >= vocab)]
+        if bad_ids:
+            raise ValueError(f"sources[{i}] holds token id {bad_ids[0]}, outside the model's vocabulary [0, {vocab})")
+        if limit is not None and len(ids) > limit:
+            raise ValueError(f"sources[{i}] has {len(ids)} tokens, over the model's {limit} positions: shorten it")
         srcs.append(ids)
     device = next(model.parameters()).device
     bf16 = config.precision == "bf16" or (config.precision == "auto" and native_bf16(device))
@@ -270,9 +285,21 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
     t0 = time.perf_counter()
     try:
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            for batch in _batches([len(s) for s in srcs], n, config):
+            for batch in _batches([len(s) for s in srcs], n, config, limit):
                 rows = _decode_batch(
-                    model, srcs, batch, config, pad, start, eos_t, banned, forced_bos, forced_eos, min_new, generator
+                    model,
+                    srcs,
+                    batch,
+                    config,
+                    pad,
+                    start,
+                    eos_t,
+                    banned,
+                    forced_bos,
+                    forced_eos,
+                    min_new,
+                    generator,
+                    limit,
                 )
                 for owner, seq, score in rows:
                     sequences[owner].append(seq)
@@ -286,11 +313,26 @@ def sample_ids(model: Any, sources: Sequence[Sequence[int]], config: SamplingCon
     return Samples(sequences, scores, seconds, precision)
 
 
-def _max_new(length: int, config: SamplingConfig) -> int:
-    return config.max_new_tokens if config.max_new_tokens is not None else int(length * 1.5) + 10
+def model_positions(model: Any) -> int | None:
+    """The model's maximum positions (``config.max_position_embeddings``), None when it has no such limit."""
+    value = getattr(model.config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
 
 
-def _batches(lengths: list[int], n: int, config: SamplingConfig) -> list[list[tuple[int, int]]]:
+def default_new_tokens(length: int, limit: int | None = None) -> int:
+    """The default new-token limit for a source of ``length`` tokens: ``1.5 × length + 10``, capped by the
+    decoder's ``limit`` positions (the start token takes one)."""
+    want = int(length * 1.5) + 10
+    return max(1, min(want, limit - 1)) if limit else want
+
+
+def _max_new(length: int, config: SamplingConfig, limit: int | None = None) -> int:
+    return config.max_new_tokens if config.max_new_tokens is not None else default_new_tokens(length, limit)
+
+
+def _batches(
+    lengths: list[int], n: int, config: SamplingConfig, limit: int | None = None
+) -> list[list[tuple[int, int]]]:
     """Batches of ``(source, samples)``, sources longest first, each within ``token_budget`` row tokens."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[tuple[int, int]]] = []
@@ -300,7 +342,7 @@ def _batches(lengths: list[int], n: int, config: SamplingConfig) -> list[list[tu
         need = n
         while need:
             longest = lengths[cur[0][0]] if cur else lengths[s]  # the first source of a batch is its longest
-            cap = max(1, config.token_budget // (longest + _max_new(longest, config)))
+            cap = max(1, config.token_budget // (longest + _max_new(longest, config, limit)))
             take = min(need, cap - rows)
             if take <= 0:
                 batches.append(cur)
@@ -327,6 +369,7 @@ def _decode_batch(
     forced_eos: list[int],
     min_new: int,
     generator: torch.Generator | None,
+    limit: int | None = None,
 ) -> list[tuple[int, list[int], float]]:
     """Samples of one batch: ``(source, token ids, score)`` per row, in the batch's row order."""
     device = eos.device
@@ -346,7 +389,7 @@ def _decode_batch(
     hidden = encoder_out.last_hidden_state.index_select(0, row_src)
     attn = mask.long().index_select(0, row_src)
     total = len(owner)
-    max_new = _max_new(longest, config)
+    max_new = _max_new(longest, config, limit)
     alive = torch.arange(total, device=device)  # batch rows → original rows
     tokens = torch.full((total, 1), start, dtype=torch.long, device=device)
     out = torch.full((total, max_new), -1, dtype=torch.long)

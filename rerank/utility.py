@@ -130,8 +130,9 @@ def _as_matrix(value: Any, n: int, m: int, name: str) -> Tensor:
         ) from exc
     if u.shape != (n, m):
         raise ValueError(f"utility {name!r} returned shape {tuple(u.shape)} for {n} hypotheses x {m} pseudo-references")
-    if torch.isnan(u).any():
-        raise ValueError(f"utility {name!r} returned NaN")
+    if not torch.isfinite(u).all():
+        bad = "NaN" if torch.isnan(u).any() else "an infinite value"
+        raise ValueError(f"utility {name!r} returned {bad}: a utility must be finite (NaN or infinite ranks wrongly)")
     return u
 
 

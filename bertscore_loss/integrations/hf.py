@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from transformers import TrainerCallback
 
 from bertscore_loss import BERTScoreLoss, BERTScorer, VocabBridge
 
@@ -52,7 +53,7 @@ def decode_ids(ids: np.ndarray | Tensor | Sequence[Sequence[int]], tokenizer: An
     return [t.strip() for t in tokenizer.batch_decode(rows, **decode_kwargs)]
 
 
-class BERTScoreMetrics:
+class BERTScoreMetrics(TrainerCallback):
     """``compute_metrics`` for ``Seq2SeqTrainer(..., args=Seq2SeqTrainingArguments(predict_with_generate=True))``.
 
     Called with an ``EvalPrediction`` whose ``predictions`` are generated ids ``[N, Lp]`` (a tuple's
@@ -68,7 +69,10 @@ class BERTScoreMetrics:
     rank's cache holds its own references), then the sums of P, R, F and the row count are all-reduced,
     so every rank returns the same means (as needed for ``metric_for_best_model``). ``"replicate"``:
     every rank scores all rows, no collective. With ``batch_eval_metrics=True`` the sums are
-    accumulated per batch and reduced at the last one (``compute_result=True``).
+    accumulated per batch and reduced at the last one (``compute_result=True``); pass the same object as
+    a callback too (``callbacks=[metrics]``): it then drops the sums of an evaluation that ended without a
+    final batch (e.g. a dataloader that never flags its end) with a warning, instead of adding them to the
+    next evaluation.
 
     ``stats`` describes the last call: ``rows`` scored here, ``world_size``, ``texts_encoded`` (texts
     run through the encoder: the cache's misses, or every unique text when the cache is off).
@@ -104,6 +108,20 @@ class BERTScoreMetrics:
         evaluation and after a call that raised, so a failed evaluation never leaks into the next one."""
         self._pending = [0.0, 0.0, 0.0, 0.0]
         self._open = False
+
+    # --- TrainerCallback: the end of an evaluation, whatever its batches said -------------------
+    def _close(self, what: str) -> None:
+        if getattr(self, "_open", False):
+            logger.warning(
+                "an %s ended without a final batch (compute_result=True): its BERTScore sums were dropped", what
+            )
+        self.reset()
+
+    def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._close("evaluation")
+
+    def on_predict(self, args: Any, state: Any, control: Any, metrics: Any = None, **kwargs: Any) -> None:
+        self._close("prediction")
 
     def __call__(self, eval_pred: Any, compute_result: bool = True) -> dict[str, float | str]:
         """Metrics of one evaluation (or ``{}`` for a non-final batch with ``batch_eval_metrics``).

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bertscore_loss import BERTScorer, check_measure, scorer_from
+from bertscore_loss import BERTScorer, check_measure
 
 from ._dist import all_gather_objects, world
 from ._scorer import resident_scorer
@@ -135,7 +135,7 @@ class BERTScoreReward:
         refs = _column(columns[self.reference_column], self.reference_column, len(completions))
         texts = [completion_text(c, f"completions[{i}]") for i, c in enumerate(completions)]
         rewards = [self.empty_value] * len(texts)
-        keep = [i for i, t in enumerate(texts) if t]
+        keep = [i for i, e in enumerate(self.scorer.empty_texts(texts)) if not e]  # the scorer's rule of emptiness
         if len(keep) < len(texts):
             logger.warning("%d empty completion(s) get reward %s", len(texts) - len(keep), self.empty_value)
         if keep:
@@ -177,7 +177,7 @@ class MBRConsensusReward:
         check_measure(measure)
         if num_generations is not None and num_generations < 2:
             raise ValueError("num_generations must be >= 2 (a group needs other members)")
-        self.scorer = scorer_from(scorer, owner="MBRConsensusReward", **fields)
+        self.scorer = resident_scorer(scorer, 0, fields, "MBRConsensusReward")
         self.num_generations = num_generations
         self.measure = measure
         self.empty_value = float(empty_value)
@@ -203,15 +203,16 @@ class MBRConsensusReward:
         else:
             ids: dict[str, int] = {}
             group_of = [ids.setdefault(k, len(ids)) for k in keys]
+        real = [not e for e in self.scorer.empty_texts(texts)]  # the scorer's one rule of emptiness
         members: dict[int, list[int]] = {}
         for i, g in enumerate(group_of):
-            if texts[i]:
+            if real[i]:
                 members.setdefault(g, []).append(i)
         mine = range(offset, offset + len(completions))
-        pairs = [(i, j) for i in mine if texts[i] for j in members.get(group_of[i], []) if j != i]
+        pairs = [(i, j) for i in mine if real[i] for j in members.get(group_of[i], []) if j != i]
         rewards = [self.empty_value] * len(completions)
-        empty = sum(1 for i in mine if not texts[i])
-        alone = sum(1 for i in mine if texts[i] and len(members[group_of[i]]) < 2)
+        empty = sum(1 for i in mine if not real[i])
+        alone = sum(1 for i in mine if real[i] and len(members[group_of[i]]) < 2)
         if empty or alone:
             logger.warning(
                 "%d empty completion(s) and %d without a non-empty partner in their group get reward %s",
