@@ -1,0 +1,492 @@
+"""MBR-ranked training data: distillation targets and preference pairs from a generator's own samples.
+
+For every source of a corpus, :func:`build_mbr_data` decodes the beam output and ``num_samples`` epsilon
+samples (:func:`rerank.sample_ids`) of an encoder-decoder model, ranks beam output + samples by exact MBR
+with any registered utility (the samples are the pseudo-references; each sample leaves its own draw out, the
+beam output, drawn independently of them, is scored against all of them), and writes one JSON line per
+source:
+
+* ``prompt``, ``chosen``, ``rejected``: the source text, the MBR-best candidate and, by ``pairing``, the
+  candidate it is preferred to (TRL's preference format: ``datasets.load_dataset("json", ...)`` reads it,
+  and TRL's ``DPOTrainer`` trains a causal LM on it unchanged);
+* ``target``: the MBR-best candidate again, the distillation target; ``beam``: the beam output;
+* ``chosen_score``, ``rejected_score``, ``beam_score``: expected utilities; ``chosen_logp``,
+  ``rejected_logp``: the generating model's sequence log-probabilities of chosen and rejected (sum over the
+  label ids of the text as the codec tokenises a target, EOS included; float32, eval mode), i.e. the
+  reference model's of a preference loss, so that no second model is held in memory while training;
+* ``index`` (the source's position in the corpus), ``n``, ``pairing``, ``utility`` (the utility's signature);
+  with ``store_lists``, ``candidates`` (samples then the beam output) and ``expected`` for re-pairing.
+
+Output is sharded (``shard-00000.jsonl`` …, ``shard_size`` sources each, in input order), each shard written
+atomically when complete and seeded by its own index, so a stopped run resumes losing at most one shard, and
+``rank``/``world_size`` (one process per rank, shards ``rank, rank + world_size, …``) give the same files as
+one process. ``manifest.json`` records the settings; resuming with other settings is refused; ``timing.jsonl``
+logs the seconds of beam search, sampling, MBR and log-probabilities of each shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+import torch
+from tqdm.auto import tqdm
+
+from bertscore_loss import sequence_log_probs
+
+from .mbr import mbr
+from .registry import UtilityLike, get_utility
+from .sampling import SamplingConfig, default_new_tokens, model_positions, native_bf16, sample_ids
+
+__all__ = ["Codec", "MBRDataConfig", "MBRDataResult", "build_mbr_data", "codec_from", "pair_rows", "read_mbr_data"]
+
+logger = logging.getLogger(__name__)
+
+Pairing = Literal["beam-or-worst", "best-worst", "best-beam", "best-second"]
+PAIRINGS: tuple[str, ...] = ("beam-or-worst", "best-worst", "best-beam", "best-second")
+_FORMAT = 1
+
+
+class Codec(Protocol):
+    """Text ↔ token ids of a generator: ``encode`` gives the source ids the model reads (EOS included where
+    the model expects it), ``decode`` the text of generated ids (special tokens dropped). An optional
+    ``encode_target`` gives a target text's label ids (EOS included), as training will tokenise it (default:
+    ``encode``)."""
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int]) -> str: ...
+
+
+def _target_ids(codec: Codec, text: str) -> list[int]:
+    fn = getattr(codec, "encode_target", None)
+    return list(fn(text) if callable(fn) else codec.encode(text))
+
+
+@dataclass(frozen=True)
+class _HFCodec:
+    tokenizer: Any
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text)["input_ids"])
+
+    def encode_target(self, text: str) -> list[int]:
+        return list(self.tokenizer(text_target=text)["input_ids"])
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
+
+
+@dataclass(frozen=True)
+class _SentencePieceCodec:
+    processor: Any
+    eos: int
+    special: frozenset[int]
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in self.processor.encode(text)] + [self.eos]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return str(self.processor.decode([int(t) for t in ids if int(t) not in self.special]))
+
+    def encode_target(self, text: str) -> list[int]:
+        return self.encode(text)
+
+
+def codec_from(tokenizer: Any, model: Any = None) -> Codec:
+    """A :class:`Codec` from a Hugging Face tokenizer, a ``sentencepiece.SentencePieceProcessor`` (EOS of
+    ``model`` appended to sources; the model's pad, EOS and decoder-start ids dropped when decoding), or an
+    object that already has ``encode``/``decode``."""
+    if hasattr(tokenizer, "batch_decode") and callable(tokenizer):
+        return _HFCodec(tokenizer)
+    if type(tokenizer).__name__ == "SentencePieceProcessor":
+        if model is None:
+            raise ValueError("a sentencepiece processor needs the model (its EOS, pad and decoder-start ids)")
+        cfg = model.config
+        ids = {getattr(cfg, k, None) for k in ("eos_token_id", "pad_token_id", "decoder_start_token_id")}
+        return _SentencePieceCodec(tokenizer, int(cfg.eos_token_id), frozenset(int(i) for i in ids if i is not None))
+    if callable(getattr(tokenizer, "encode", None)) and callable(getattr(tokenizer, "decode", None)):
+        return tokenizer
+    raise TypeError(
+        f"cannot encode and decode with a {type(tokenizer).__name__}: give an HF tokenizer, a "
+        "sentencepiece processor or an object with encode(text) and decode(ids)"
+    )
+
+
+@dataclass(frozen=True)
+class MBRDataConfig:
+    """Settings of :func:`build_mbr_data`.
+
+    ``num_samples`` epsilon samples (``epsilon``; Freitag et al. 2023) per source and a beam of ``beams``
+    (0 = no beam output: ranks the samples only); ``utility``: a registered name (``"bertscore"``,
+    ``"chrf"``, ``"bleu"``); ``pairing``: ``"beam-or-worst"`` (rejected = the beam output where it differs
+    from the MBR-best, else the MBR-worst), ``"best-worst"``, ``"best-beam"`` (rows where beam = best have
+    no pair: ``rejected`` is None) or ``"best-second"``; ``shard_size`` sources per file; ``seed`` of shard
+    ``k`` is ``seed + k``; ``too_long``: sources over the model's positions are ``"error"`` (one line naming
+    the source) or ``"truncate"`` (cut, EOS kept, counted in the manifest); ``log_probs``: store the model's
+    sequence log-probabilities of chosen and rejected; ``store_lists``: store every candidate and its
+    expected utility; ``precision``, ``token_budget``: of sampling (:class:`rerank.SamplingConfig`).
+    """
+
+    num_samples: int = 64
+    epsilon: float = 0.02
+    beams: int = 5
+    utility: str = "bertscore"
+    pairing: Pairing = "beam-or-worst"
+    shard_size: int = 500
+    seed: int = 0
+    too_long: Literal["error", "truncate"] = "error"
+    log_probs: bool = True
+    store_lists: bool = True
+    precision: Literal["auto", "32", "bf16"] = "auto"
+    token_budget: int = 65536
+    beam_budget: int = 8192
+
+    def __post_init__(self) -> None:
+        for name in ("num_samples", "shard_size", "token_budget", "beam_budget"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"MBRDataConfig.{name} must be a positive int, got {v!r}")
+        if isinstance(self.beams, bool) or not isinstance(self.beams, int) or self.beams < 0:
+            raise ValueError(f"MBRDataConfig.beams must be an int >= 0, got {self.beams!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"MBRDataConfig.seed must be an int, got {self.seed!r}")
+        if not (isinstance(self.epsilon, (int, float)) and 0.0 <= self.epsilon < 1.0):
+            raise ValueError(f"MBRDataConfig.epsilon must lie in [0, 1), got {self.epsilon!r}")
+        if self.pairing not in PAIRINGS:
+            raise ValueError(f"MBRDataConfig.pairing must be one of {PAIRINGS}, got {self.pairing!r}")
+        if self.too_long not in ("error", "truncate"):
+            raise ValueError(f"MBRDataConfig.too_long must be 'error' or 'truncate', got {self.too_long!r}")
+        if self.precision not in ("auto", "32", "bf16"):
+            raise ValueError(f"MBRDataConfig.precision must be 'auto', '32' or 'bf16', got {self.precision!r}")
+        if self.num_samples < 2 and self.beams == 0:
+            raise ValueError("MBRDataConfig: ranking needs at least 2 candidates (num_samples >= 2 or beams >= 1)")
+
+
+@dataclass
+class MBRDataResult:
+    """What :func:`build_mbr_data` did: the shard files (in corpus order), how many were built now and
+    how many were already there, seconds of sampling / beam search / MBR / log-probabilities spent now."""
+
+    files: list[Path]
+    built: int
+    reused: int
+    seconds: dict[str, float]
+    truncated: int
+
+
+def pair_rows(
+    candidates: Sequence[str], expected: Sequence[float], beam: int | None, pairing: str
+) -> tuple[int, int | None]:
+    """Indices ``(chosen, rejected)`` of one source's candidates from their expected utilities (best first;
+    ties: lowest index), by ``pairing`` (see :class:`MBRDataConfig`); ``beam``: the beam output's index.
+    ``rejected`` is never a candidate with the chosen text, and None when there is none."""
+    if pairing not in PAIRINGS:
+        raise ValueError(f"pairing must be one of {PAIRINGS}, got {pairing!r}")
+    order = sorted(range(len(candidates)), key=lambda i: (-float(expected[i]), i))
+    best = order[0]
+    others = [i for i in order if candidates[i] != candidates[best]]
+    beam_ok = beam if beam is not None and candidates[beam] != candidates[best] else None
+    if pairing == "best-worst":
+        return best, (others[-1] if others else None)
+    if pairing == "best-second":
+        return best, (others[0] if others else None)
+    if pairing == "best-beam":
+        return best, beam_ok
+    return best, (beam_ok if beam_ok is not None else (others[-1] if others else None))
+
+
+def _digest(texts: Sequence[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def _source_ids(
+    codec: Codec, sources: Sequence[str], limit: int | None, too_long: str, offset: int
+) -> tuple[list[list[int]], int]:
+    """Token ids of each source (checked against the model's ``limit`` positions) and how many were cut."""
+    out, cut = [], 0
+    for i, text in enumerate(sources):
+        if not isinstance(text, str):
+            raise TypeError(f"sources[{offset + i}] is a {type(text).__name__}, not a str")
+        ids = list(codec.encode(text))
+        if not ids:
+            raise ValueError(f"sources[{offset + i}] encodes to no token")
+        if limit is not None and len(ids) > limit:
+            if too_long == "error":
+                raise ValueError(
+                    f"sources[{offset + i}] has {len(ids)} tokens, over the model's {limit} positions: "
+                    "shorten it or pass too_long='truncate'"
+                )
+            ids = ids[: limit - 1] + ids[-1:]
+            cut += 1
+        out.append(ids)
+    return out, cut
+
+
+def _pad(rows: Sequence[Sequence[int]], value: int, device: torch.device) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+def _budget_batches(lengths: Sequence[int], per_row: int, budget: int) -> list[list[int]]:
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] * per_row <= budget:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+@torch.no_grad()
+def _beam_ids(model: Any, ids: list[list[int]], beams: int, budget: int, bf16: bool) -> list[list[int]]:
+    """Beam-search top-1 ids (generated tokens only, without special tokens) per source, in input order."""
+    device = next(model.parameters()).device
+    pad, eos = int(model.config.pad_token_id), int(model.config.eos_token_id)
+    special = {pad, eos}
+    out: list[list[int]] = [[] for _ in ids]
+    for batch in _budget_batches([len(s) for s in ids], beams, budget):
+        src = _pad([ids[i] for i in batch], pad, device)
+        mask = torch.zeros_like(src, dtype=torch.bool)
+        for r, i in enumerate(batch):
+            mask[r, : len(ids[i])] = True
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
+            gen = model.generate(
+                input_ids=src,
+                attention_mask=mask,
+                num_beams=beams,
+                do_sample=False,
+                max_new_tokens=default_new_tokens(src.shape[1], model_positions(model)),
+            )
+        for r, i in enumerate(batch):
+            row = [int(t) for t in gen[r, 1:].tolist()]  # after the decoder start token
+            row = row[: row.index(eos)] if eos in row else row
+            out[i] = [t for t in row if t not in special]
+    return out
+
+
+@torch.no_grad()
+def _log_probs(
+    model: Any, sources: list[list[int]], targets: list[list[int] | None], budget: int
+) -> list[float | None]:
+    """Sum of log-probabilities (float32, eval mode) of each target's label ids (EOS included) given its source."""
+    device = next(model.parameters()).device
+    pad = int(model.config.pad_token_id)
+    start = int(getattr(model.config, "decoder_start_token_id", None) or pad)
+    rows = [i for i, t in enumerate(targets) if t is not None]
+    out: list[float | None] = [None] * len(targets)
+    lengths = [len(sources[i]) + len(targets[i] or []) for i in rows]
+    for batch in _budget_batches(lengths, 1, budget):
+        idx = [rows[b] for b in batch]
+        src = _pad([sources[i] for i in idx], pad, device)
+        mask = src.new_zeros(src.shape, dtype=torch.bool)
+        for r, i in enumerate(idx):
+            mask[r, : len(sources[i])] = True
+        labels = [list(targets[i] or []) for i in idx]
+        lab = _pad(labels, -100, device)
+        dec = _pad([[start] + lb[:-1] for lb in labels], pad, device)
+        logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits.float()
+        for r, v in zip(idx, sequence_log_probs(logits, lab).tolist()):
+            out[r] = float(v)
+    return out
+
+
+def _shard_rows(
+    model: Any,
+    codec: Codec,
+    sources: list[str],
+    offset: int,
+    config: MBRDataConfig,
+    shard: int,
+    utility: Any,
+    seconds: dict[str, float],
+) -> tuple[list[dict], int]:
+    ids, cut = _source_ids(codec, sources, model_positions(model), config.too_long, offset)
+    device = next(model.parameters()).device
+    bf16 = config.precision == "bf16" or (config.precision == "auto" and native_bf16(device))
+    t0 = time.perf_counter()
+    beam_ids = _beam_ids(model, ids, config.beams, config.beam_budget, bf16) if config.beams else None
+    t1 = time.perf_counter()
+    samples = sample_ids(
+        model,
+        ids,
+        SamplingConfig(
+            num_samples=config.num_samples,
+            epsilon=config.epsilon,
+            precision="bf16" if bf16 else "32",
+            token_budget=config.token_budget,
+            seed=config.seed + shard,
+        ),
+    )
+    t2 = time.perf_counter()
+    cand_ids = [
+        list(seqs) + ([beam_ids[i]] if beam_ids is not None else []) for i, seqs in enumerate(samples.sequences)
+    ]
+    cands = [[codec.decode(c) for c in cs] for cs in cand_ids]
+    n = config.num_samples
+    weights = [[0.0] * n + ([-math.inf] if beam_ids is not None else []) for _ in cands]
+    results = mbr(cands, utility=utility, method="exact", log_weights=weights, progress=False)
+    t3 = time.perf_counter()
+    rows: list[dict] = []
+    chosen_ids: list[list[int] | None] = []
+    rejected_ids: list[list[int] | None] = []
+    for i, (texts, res) in enumerate(zip(cands, results)):
+        expected = [float(v) for v in res.expected.tolist()]
+        beam = len(texts) - 1 if beam_ids is not None else None
+        best, worse = pair_rows(texts, expected, beam, config.pairing)
+        chosen_ids.append(_target_ids(codec, texts[best]))  # as training tokenises the text
+        rejected_ids.append(None if worse is None else _target_ids(codec, texts[worse]))
+        row: dict[str, Any] = {
+            "index": offset + i,
+            "prompt": sources[i],
+            "chosen": texts[best],
+            "rejected": None if worse is None else texts[worse],
+            "target": texts[best],
+            "beam": None if beam is None else texts[beam],
+            "chosen_score": expected[best],
+            "rejected_score": None if worse is None else expected[worse],
+            "beam_score": None if beam is None else expected[beam],
+            "n": n,
+            "pairing": config.pairing,
+            "utility": utility.signature(),
+        }
+        if config.store_lists:
+            row["candidates"] = texts
+            row["expected"] = expected
+        rows.append(row)
+    if config.log_probs:
+        both = _log_probs(model, ids + ids, chosen_ids + rejected_ids, config.token_budget // 4)
+        for k, row in enumerate(rows):
+            row["chosen_logp"], row["rejected_logp"] = both[k], both[len(rows) + k]
+    t4 = time.perf_counter()
+    for key, dt in (("beam", t1 - t0), ("sampling", t2 - t1), ("mbr", t3 - t2), ("log_probs", t4 - t3)):
+        seconds[key] = seconds.get(key, 0.0) + dt
+    return rows, cut
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _manifest(model: Any, sources: Sequence[str], config: MBRDataConfig, utility: Any) -> dict:
+    name = getattr(model.config, "_name_or_path", "") or type(model).__name__
+    return {
+        "format": _FORMAT,
+        "sources": len(sources),
+        "sources_sha256": _digest(sources),
+        "config": asdict(config),
+        "model": str(name),
+        "utility": utility.signature(),
+    }
+
+
+def build_mbr_data(
+    model: Any,
+    tokenizer: Any,
+    sources: Sequence[str],
+    out_dir: str | Path,
+    config: MBRDataConfig | None = None,
+    *,
+    utility: UtilityLike | None = None,
+    rank: int = 0,
+    world_size: int = 1,
+    progress: bool | None = None,
+    on_shard: Callable[[int, Path], None] | None = None,
+) -> MBRDataResult:
+    """Build (or resume) the MBR-ranked data of ``sources`` in ``out_dir``; see the module docstring.
+
+    ``model``: a Hugging Face encoder-decoder (eval mode is used, the mode is restored after);
+    ``tokenizer``: see :func:`codec_from`; ``utility``: a utility object or name (default:
+    ``config.utility``). ``rank``/``world_size``: this process builds shards ``rank, rank + world_size, …``.
+    ``progress``: a bar over shards (None: on a terminal). Returns the files of the shards that exist.
+    """
+    config = config or MBRDataConfig()
+    if not getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError("build_mbr_data needs an encoder-decoder model (config.is_encoder_decoder)")
+    if not (0 <= rank < world_size):
+        raise ValueError(f"rank must lie in [0, world_size), got rank={rank}, world_size={world_size}")
+    sources = list(sources)
+    if not sources:
+        raise ValueError("sources is empty")
+    codec = codec_from(tokenizer, model)
+    util = get_utility(utility if utility is not None else config.utility)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = _manifest(model, sources, config, util)
+    mpath = out / "manifest.json"
+    if mpath.exists():
+        old = json.loads(mpath.read_text())
+        diff = sorted(k for k in manifest if old.get(k) != manifest[k])
+        if diff:
+            raise ValueError(
+                f"{out} holds data built with other settings ({', '.join(diff)} differ): "
+                "use another folder or remove it"
+            )
+    elif rank == 0:
+        _write_atomic(mpath, json.dumps(manifest, indent=1) + "\n")
+    shards = math.ceil(len(sources) / config.shard_size)
+    names = [out / f"shard-{k:05d}.jsonl" for k in range(shards)]
+    mine = [k for k in range(shards) if k % world_size == rank]
+    todo = [k for k in mine if not names[k].exists()]
+    seconds: dict[str, float] = {}
+    truncated = 0
+    was_training = model.training
+    model.eval()
+    disable = (not progress) if progress is not None else None
+    bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc="MBR data", unit="shard", disable=disable)
+    try:
+        for k in todo:
+            lo = k * config.shard_size
+            spent: dict[str, float] = {}
+            rows, cut = _shard_rows(model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent)
+            truncated += cut
+            _write_atomic(names[k], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            with open(out / "timing.jsonl", "a", encoding="utf-8") as log:  # a log of cost, not part of the data
+                log.write(json.dumps({"shard": k, "sources": len(rows), "truncated": cut, "seconds": spent}) + "\n")
+            for key, dt in spent.items():
+                seconds[key] = seconds.get(key, 0.0) + dt
+            logger.info("shard %d/%d: %d sources -> %s", k + 1, shards, len(rows), names[k])
+            if on_shard is not None:
+                on_shard(k, names[k])
+            bar.update(1)
+    finally:
+        bar.close()
+        model.train(was_training)
+    return MBRDataResult([p for p in names if p.exists()], len(todo), len(mine) - len(todo), seconds, truncated)
+
+
+def read_mbr_data(out_dir: str | Path, *, complete: bool = True) -> list[dict]:
+    """The rows of a built folder in corpus order; ``complete``: refuse a folder with missing shards."""
+    out = Path(out_dir)
+    manifest = json.loads((out / "manifest.json").read_text())
+    shards = math.ceil(manifest["sources"] / manifest["config"]["shard_size"])
+    rows: list[dict] = []
+    for k in range(shards):
+        path = out / f"shard-{k:05d}.jsonl"
+        if not path.exists():
+            if complete:
+                raise FileNotFoundError(f"{path} is missing: the data in {out} is not complete (build again to resume)")
+            continue
+        rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
+    return rows
