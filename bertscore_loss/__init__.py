@@ -24,6 +24,7 @@ from .matching import (
 )
 from .packed import PackedEmbeddings
 from .pipeline import PRF, Scores, reduce_references
+from .preference import DPOTerms, PreferenceConfig, PreferenceLoss, PreferenceOutput, dpo_loss
 from .registry import encoder_for, get_encoder
 from .risk import MinimumRiskLoss, RiskOutput, sequence_log_probs
 from .scorer import BERTScorer, scorer_from
@@ -43,6 +44,7 @@ __all__ = [
     "BERTScoreWarning",
     "BERTScorer",
     "BaselineNotFoundError",
+    "DPOTerms",
     "FrozenEncoder",
     "LogitConfig",
     "LossConfig",
@@ -54,6 +56,9 @@ __all__ = [
     "ModelNotFoundError",
     "PRF",
     "PackedEmbeddings",
+    "PreferenceConfig",
+    "PreferenceLoss",
+    "PreferenceOutput",
     "RiskOutput",
     "Scores",
     "ScorerConfig",
@@ -68,6 +73,7 @@ __all__ = [
     "check_measure",
     "coordinate_search",
     "cosine_matrix",
+    "dpo_loss",
     "encoder_for",
     "f_score",
     "frequent_tokens",
