@@ -47,7 +47,16 @@ from .mbr import mbr
 from .registry import UtilityLike, get_utility
 from .sampling import SamplingConfig, default_new_tokens, model_positions, native_bf16, sample_ids
 
-__all__ = ["Codec", "MBRDataConfig", "MBRDataResult", "build_mbr_data", "codec_from", "pair_rows", "read_mbr_data"]
+__all__ = [
+    "Codec",
+    "MBRDataConfig",
+    "MBRDataResult",
+    "build_mbr_data",
+    "build_mbr_data_distributed",
+    "codec_from",
+    "pair_rows",
+    "read_mbr_data",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -490,3 +499,67 @@ def read_mbr_data(out_dir: str | Path, *, complete: bool = True) -> list[dict]:
             continue
         rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
     return rows
+
+
+def _distributed_worker(
+    fabric: Any,
+    loader: Callable[[], tuple[Any, Any]],
+    sources: list[str],
+    out_dir: str,
+    config: dict,
+    utility: UtilityLike | None,
+) -> None:
+    model, tokenizer = loader()
+    model.to(fabric.device)
+    build_mbr_data(
+        model,
+        tokenizer,
+        sources,
+        out_dir,
+        MBRDataConfig(**config),
+        utility=utility,
+        rank=fabric.global_rank,
+        world_size=fabric.world_size,
+        progress=False,
+    )
+    fabric.barrier()
+
+
+def build_mbr_data_distributed(
+    loader: Callable[[], tuple[Any, Any]],
+    sources: Sequence[str],
+    out_dir: str | Path,
+    config: MBRDataConfig | None = None,
+    *,
+    utility: UtilityLike | None = None,
+    devices: int = 2,
+    num_nodes: int = 1,
+    accelerator: str = "cpu",
+    strategy: str = "auto",
+) -> list[Path]:
+    """:func:`build_mbr_data` on Lightning's distributed engine: ``devices`` processes (CPU) or GPUs per node
+    on ``num_nodes`` nodes, each building its shards (``rank, rank + world_size, …``); the files equal one
+    process's. ``loader()`` gives ``(model, tokenizer)`` in each process (a picklable, module-level function:
+    processes are spawned, or launched by torchrun / SLURM with ``strategy="ddp"``). ``utility``: a
+    registered name or a picklable utility. Returns the shard files (all ranks done).
+    """
+    from lightning_fabric import Fabric
+    from lightning_fabric.plugins.environments import SLURMEnvironment, TorchElasticEnvironment
+
+    if devices < 1 or num_nodes < 1:
+        raise ValueError(f"devices and num_nodes must be >= 1, got devices={devices}, num_nodes={num_nodes}")
+    if strategy == "auto":
+        launched = TorchElasticEnvironment.detect() or SLURMEnvironment.detect()
+        strategy = "ddp" if launched else "ddp_spawn"
+    if strategy not in ("ddp", "ddp_spawn"):
+        raise ValueError(f"strategy must be 'auto', 'ddp' or 'ddp_spawn', got {strategy!r}")
+    config = config or MBRDataConfig()
+    sources = list(sources)
+    out = Path(out_dir)
+    if devices * num_nodes == 1:
+        model, tokenizer = loader()
+        return build_mbr_data(model, tokenizer, sources, out, config, utility=utility).files
+    fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy)
+    fabric.launch(_distributed_worker, loader, sources, str(out), asdict(config), utility)  # no frozen dataclass
+    shards = math.ceil(len(sources) / config.shard_size)
+    return [p for p in (out / f"shard-{k:05d}.jsonl" for k in range(shards)) if p.exists()]

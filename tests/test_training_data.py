@@ -29,8 +29,7 @@ class WordCodec:
 SOURCES = ["a cat sat", "the dog runs", "a big red house", "the bird sings", "small tree", "a mat"]
 
 
-@pytest.fixture(scope="module")
-def model():
+def tiny_bart():
     from transformers import BartConfig, BartForConditionalGeneration
 
     torch.manual_seed(1)
@@ -56,6 +55,16 @@ def model():
         m.lm_head.weight.mul_(4.0)
         m.final_logits_bias[0, EOS] = 2.0
     return m
+
+
+def load_tiny():
+    """The distributed test's loader: the same tiny model and codec in every process."""
+    return tiny_bart(), WordCodec()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_bart()
 
 
 def overlap(hyps: list[str], refs: list[str]) -> torch.Tensor:
@@ -163,6 +172,17 @@ def test_ranks_give_the_files_of_one_process(model, tmp_path):
         build(model, tmp_path / "x", rank=2, world_size=2)
 
 
+@pytest.mark.slow
+def test_lightning_processes_give_the_files_of_one_process(model, tmp_path):
+    from rerank.training_data import build_mbr_data_distributed
+
+    build(model, tmp_path / "one")
+    files = build_mbr_data_distributed(load_tiny, SOURCES, tmp_path / "ddp", CONFIG, utility=overlap, devices=2)
+    assert [p.name for p in files] == ["shard-00000.jsonl", "shard-00001.jsonl"]
+    for name in ("shard-00000.jsonl", "shard-00001.jsonl", "manifest.json"):
+        assert (tmp_path / "one" / name).read_text() == (tmp_path / "ddp" / name).read_text()
+
+
 def test_long_sources_and_bad_settings_are_clear_errors(model, tmp_path):
     long = " ".join(["a"] * 30)
     with pytest.raises(ValueError, match=r"sources\[1\] has 31 tokens, over the model's 24 positions"):
@@ -178,23 +198,30 @@ def test_long_sources_and_bad_settings_are_clear_errors(model, tmp_path):
 
 
 @pytest.mark.slow
-def test_trl_dpo_trainer_reads_the_files_unchanged(model, tmp_path):
+def test_trl_dpo_trainer_reads_the_files_unchanged(model, tmp_path, tiny_roberta_dir):
     """Two DPOTrainer steps on a tiny causal LM over the built JSONL (datasets.load_dataset("json"))."""
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
     from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
-
-    from .conftest import bundled_path
 
     build(model, tmp_path / "d")
     files = sorted(str(p) for p in (tmp_path / "d").glob("shard-*.jsonl"))
     data = datasets.load_dataset("json", data_files=files, split="train")
     data = data.filter(lambda r: r["rejected"] is not None).select_columns(["prompt", "chosen", "rejected"])
     assert len(data) >= 2
-    tok = AutoTokenizer.from_pretrained(bundled_path())
-    tok.pad_token = tok.pad_token or "[PAD]"
+    tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)  # a tokenizer with EOS, as TRL needs
     torch.manual_seed(0)
-    lm = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=16, n_layer=1, n_head=2, n_positions=64))
+    cfg = GPT2Config(
+        vocab_size=len(tok),
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+    )
+    lm = GPT2LMHeadModel(cfg)
     args = trl.DPOConfig(
         output_dir=str(tmp_path / "dpo"),
         per_device_train_batch_size=2,
@@ -204,6 +231,8 @@ def test_trl_dpo_trainer_reads_the_files_unchanged(model, tmp_path):
         logging_steps=1,
         use_cpu=True,
         max_length=48,
+        precompute_ref_log_probs=True,  # no reference model to load
+        bf16=False,
     )
     trainer = trl.DPOTrainer(model=lm, args=args, train_dataset=data, processing_class=tok)
     before = [p.detach().clone() for p in lm.parameters()]
