@@ -28,6 +28,7 @@ import torch
 from bertscore_loss import BERTScorer
 from bertscore_loss.bridge import VocabBridge
 from bertscore_loss.loss import BERTScoreLoss
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 logger = logging.getLogger("bridge_agreement")
@@ -77,8 +78,11 @@ def main() -> None:
     ap.add_argument("--layer", type=int, default=None)
     ap.add_argument("--limit", type=int, default=None, help="pairs per language pair (default: all 560)")
     ap.add_argument("--modes", default="mean,retokenize", help="comma-separated VocabBridge modes")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args()
+    rules = {"overwrite": args.overwrite, "allow_docs": True, "flag": "--json"}  # --json is always explicit
+    check_outputs_or_exit(ap, [args.json] if args.json else [], **rules)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     torch.set_num_threads(1)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -133,7 +137,7 @@ def main() -> None:
             f"| {r['build_seconds']:.0f} | {r['score_seconds']:.0f} |"
         )
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_text(args.json, json.dumps(results, indent=2), **rules)
 
 
 if __name__ == "__main__":

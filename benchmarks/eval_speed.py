@@ -34,6 +34,8 @@ from typing import Any
 
 import torch
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
+
 LANG_PAIRS = ("cs-en", "de-en", "fi-en", "ro-en", "ru-en", "tr-en")
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -51,9 +53,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    check_outputs_or_exit(
+        ap, [args.json] if args.json else [], overwrite=args.overwrite, allow_docs=True, flag="--json"
+    )
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     if not args.dtypes or any(d not in ("float32", "bfloat16", "float16") for d in args.dtypes):
         ap.error("--dtypes takes float32, bfloat16 and/or float16")
@@ -187,8 +193,8 @@ def main(argv: list[str] | None = None) -> int:
             return
         env["loadavg_end"] = os.getloadavg()
         result = {"env": env, "config": config, "complete": complete, "rows": rows}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(result, indent=2) + "\n"
+        write_text(args.json, text, overwrite=args.overwrite, allow_docs=True, flag="--json")
 
     def add(system: str, kind: str, timing: tuple[float, list[float]], prf: tuple[torch.Tensor, ...] | None) -> None:
         best, times = timing

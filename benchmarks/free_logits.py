@@ -10,8 +10,8 @@ top-128 ∪ the 200 most frequent STS-B train tokens, and transpositions; 512 ex
 round, patience 15). Reports the argmax-decoded evaluation F after each stage, the rounds and the seconds.
 ``--ablations`` also runs Adam from zero logits (no prior, same restarts), Adam with the prior and a
 single restart, and the search with gradient proposals only (no frequent-token pool, as HotFlip/GCG),
-without transpositions, and from a random start without Adam. Writes ``docs/free-logits.json``. One
-thread.
+without transpositions, and from a random start without Adam. Writes ``runs/free-logits.json`` (``--out
+docs/free-logits.json --overwrite`` replaces the published one). One thread.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import torch
 
 from bertscore_loss import BERTScorer, FrozenEncoder
 from bertscore_loss.loss import BERTScoreLoss
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 from bertscore_loss.search import (
     LogitConfig,
     SearchConfig,
@@ -52,8 +53,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=150, help="Adam steps")
     ap.add_argument("--rounds", type=int, default=100, help="coordinate-search rounds")
     ap.add_argument("--ablations", action="store_true")
-    ap.add_argument("--out", default=str(Path(__file__).resolve().parents[1] / "docs" / "free-logits.json"))
+    ap.add_argument(
+        "--out", default=None, help="JSON file to write (default: runs/free-logits.json; docs/ only when given)"
+    )
+    add_overwrite_argument(ap)
     args = ap.parse_args()
+    rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
+    args.out = args.out or str(Path(__file__).resolve().parents[1] / "runs" / "free-logits.json")
+    check_outputs_or_exit(ap, [args.out], **rules)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger("bertscore_loss").setLevel(logging.WARNING)
     torch.set_num_threads(1)
@@ -135,7 +142,7 @@ def main() -> None:
         summary["mean_no_adam_f"] = mean("no_adam_f")
     for key, value in summary.items():
         logger.info("%s: %s", key, f"{value:.4f}" if isinstance(value, float) else value)
-    Path(args.out).write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n", encoding="utf-8")
+    write_text(args.out, json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n", **rules)
     logger.info("wrote %s", args.out)
 
 

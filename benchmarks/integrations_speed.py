@@ -10,7 +10,8 @@
     python benchmarks/integrations_speed.py                 # STS-B dev from ../shared/data, else examples/data
     python benchmarks/integrations_speed.py --quick         # small sizes
 
-Writes ``docs/integrations-speed.json``. All runs use the bundled MiniLM at layer 4 in float32.
+Writes ``runs/integrations-speed.json`` (``--out docs/integrations-speed.json --overwrite`` replaces the
+published one). All runs use the bundled MiniLM at layer 4 in float32.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from eval_speed import cpu_model, quiet  # noqa: E402
+
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
 
 
 def cpu_flags() -> str:
@@ -144,8 +147,14 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "docs" / "integrations-speed.json"))
+    ap.add_argument(
+        "--out", default=None, help="JSON file (default: runs/integrations-speed.json; docs/ only when given)"
+    )
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
+    args.out = args.out or str(ROOT / "runs" / "integrations-speed.json")
+    check_outputs_or_exit(ap, [args.out], **rules)
     quiet()
     torch.set_num_threads(args.threads)
     from transformers import AutoTokenizer
@@ -182,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{rewards['bert_score_per_call_completions_per_s']:.1f}/s ({rewards['ratio_vs_per_call']:.1f}x); "
         f"max |F - bert-score| {rewards['max_abs_diff_f_vs_bert_score']:.1e}"
     )
-    Path(args.out).write_text(json.dumps({"env": env, "evaluation": evaluation, "reward": rewards}, indent=2) + "\n")
+    write_text(
+        args.out, json.dumps({"env": env, "evaluation": evaluation, "reward": rewards}, indent=2) + "\n", **rules
+    )
     return 0
 
 

@@ -22,6 +22,7 @@ import torch
 
 from bertscore_loss import BERTScorer
 from bertscore_loss.loss import BERTScoreLoss
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_speed import best_time  # noqa: E402  (one timer for all benchmarks)
@@ -42,8 +43,11 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args()
+    rules = {"overwrite": args.overwrite, "allow_docs": True, "flag": "--json"}  # --json is always explicit
+    check_outputs_or_exit(ap, [args.json] if args.json else [], **rules)
     if args.threads:
         torch.set_num_threads(args.threads)
     refs = (DATA / "wmt16-daseg" / "DAseg.newstest2016.reference.de-en").read_text().splitlines()[: args.batch]
@@ -80,7 +84,7 @@ def main() -> None:
     for name, sec in rows.items():
         print(f"| {name} | {1000 * sec:.1f} | {tokens / sec:,.0f} | {sec / base:.2f} |")
     if args.json:
-        Path(args.json).write_text(json.dumps({k: v for k, v in rows.items()}, indent=2))
+        write_text(args.json, json.dumps({k: v for k, v in rows.items()}, indent=2), **rules)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,8 @@ sys.path.insert(0, str(HERE))
 from eval_speed import cpu_model, quiet  # noqa: E402
 from rerank_speed import DEFAULT_VENV, ensure_mbrs_venv  # noqa: E402
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 
 def load(path: Path, count: int | None) -> list[list[str]]:
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -79,8 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--bf16", action="store_true", help="also ours with the encoder in bfloat16 (approximate; native bf16 CPUs)"
     )
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": True, "flag": "--json"}  # --json is always explicit
+    check_outputs_or_exit(ap, [args.json] if args.json else [], **rules)
     quiet()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -162,10 +167,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{100 * tie:.1f}%"
         )
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         env = {"cpu": cpu_model(), "bf16_flags": flags, "threads": torch.get_num_threads(), "torch": torch.__version__}
         out = {"env": env, "lists": str(args.lists), "sources": len(lists), "rows": rows, "mbrs": mbrs_info}
-        args.json.write_text(json.dumps(out, indent=1) + "\n")
+        write_text(args.json, json.dumps(out, indent=1) + "\n", **rules)
     return 0
 
 

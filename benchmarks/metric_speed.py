@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
+
 LANG_PAIRS = ("cs-en", "de-en", "fi-en", "ro-en", "ru-en", "tr-en")
 DEFAULT_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
@@ -51,7 +53,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's own)")
     ap.add_argument("--skip-torchmetrics", action="store_true", help="time only ours")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    check_outputs_or_exit(
+        ap, [args.json] if args.json else [], overwrite=args.overwrite, allow_docs=True, flag="--json"
+    )
     if args.epochs < 2:
         ap.error("--epochs must be at least 2 (the cache pays off from epoch 2)")
     if args.limit is not None and args.limit < 1:
@@ -251,8 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             "cache": cache_info,
             "oracle_seconds": t_oracle,
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(result, indent=2) + "\n"
+        write_text(args.json, text, overwrite=args.overwrite, allow_docs=True, flag="--json")
         print(f"wrote {args.json}")
     return 0
 

@@ -39,6 +39,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from eval_speed import DEFAULT_DATA, LANG_PAIRS, best_time, cpu_bf16_label, cpu_model, quiet  # noqa: E402
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -58,10 +60,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "runs" / "perf-harness",
+        default=None,
         help="folder for the JSON and markdown files (default: runs/perf-harness; --out docs publishes)",
     )
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    args.rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
+    args.out = args.out or ROOT / "runs" / "perf-harness"
+    stem = args.out / f"performance-harness-{cpu_bf16_label()}"
+    check_outputs_or_exit(ap, [stem.with_suffix(".json"), stem.with_suffix(".md")], **args.rules)
     args.budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
     return args
@@ -256,9 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"Reproduce: `{command}` (writes this file, {stem}.md, and {stem}.json)."]
     table = "\n".join(lines)
     print(table)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{stem}.json").write_text(json.dumps({"env": env, "rows": rows}, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text("# Performance harness (generated)\n\n" + table + "\n")
+    write_text(args.out / f"{stem}.json", json.dumps({"env": env, "rows": rows}, indent=2) + "\n", **args.rules)
+    write_text(args.out / f"{stem}.md", "# Performance harness (generated)\n\n" + table + "\n", **args.rules)
     print(f"wrote {args.out / stem}.json and .md")
     return 0
 

@@ -43,6 +43,8 @@ if str(HERE.parent) not in sys.path:  # run from a checkout: the repository's ow
 sys.path.insert(0, str(HERE))
 from eval_speed import best_time, cpu_model, quiet  # noqa: E402  (one copy of the benchmarks' shared helpers)
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -58,9 +60,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--no-mbrs", action="store_true", help="leave the mbrs column out")
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda for ours and bert-score (mbrs: CPU)")
     ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
     if args.repeats < 1 or args.sources < 1:
         ap.error("--repeats and --sources must be at least 1")
+    check_outputs_or_exit(
+        ap, [args.json] if args.json else [], overwrite=args.overwrite, allow_docs=True, flag="--json"
+    )
     return args
 
 
@@ -287,8 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             "mbrs": mbrs_info,
             "chrf": quality,
         }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+        text = json.dumps(result, indent=2) + "\n"
+        write_text(args.json, text, overwrite=args.overwrite, allow_docs=True, flag="--json")
         print(f"wrote {args.json}")
     return 0
 

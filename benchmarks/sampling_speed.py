@@ -33,6 +33,8 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "examples" / "translation"))
 from eval_speed import cpu_model, quiet  # noqa: E402
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -46,8 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budget", type=int, default=6000, help="nmt.translate batch budget (source tokens x n)")
     ap.add_argument("--token-budget", type=int, default=65536, help="sample_ids rows x tokens per batch")
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--json", type=Path, default=None, help="also write the results as JSON to this file")
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": True, "flag": "--json"}  # --json is always explicit
+    check_outputs_or_exit(ap, [args.json] if args.json else [], **rules)
     quiet()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -132,9 +137,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(f"| {name} | {t:.2f} | {row['samples_per_s']:.0f} | {row['speedup']:.2f}x |")
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
         env = {"cpu": cpu_model(), "bf16_flags": flags, "threads": torch.get_num_threads(), "torch": torch.__version__}
-        args.json.write_text(
+        write_text(
+            args.json,
             json.dumps(
                 {
                     "env": env,
@@ -142,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                     "rows": rows,
                 },
                 indent=1,
-            )
+            ),
+            **rules,
         )
     return 0
 

@@ -29,6 +29,8 @@ sys.path.insert(0, str(ROOT / "examples" / "translation"))
 import nmt  # noqa: E402
 import recipe  # noqa: E402
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.nn.functional.cosine_similarity(a.flatten().double(), b.flatten().double(), dim=0))
@@ -41,8 +43,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--json", default=str(ROOT / "runs" / "scorer-bf16-effect.json"))
+    parser.add_argument("--json", default=None, help="JSON file (default: runs/scorer-bf16-effect.json)")
+    add_overwrite_argument(parser)
     args = parser.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": args.json is not None, "flag": "--json"}
+    args.json = args.json or str(ROOT / "runs" / "scorer-bf16-effect.json")
+    check_outputs_or_exit(parser, [args.json], **rules)
     torch.set_num_threads(args.threads)
     if not nmt.cpu_has_native_bf16():
         print("note: this CPU has no native bf16: the bf16 scorer is emulated (slow) here", file=sys.stderr)
@@ -133,8 +139,7 @@ def main(argv: list[str] | None = None) -> None:
             "logit_gradient_cosine_min": min(bs_grad_cos),
         },
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+    write_text(args.json, json.dumps(result, indent=1) + "\n", **rules)
     print(json.dumps(result, indent=1))
 
 

@@ -6,6 +6,7 @@ its scores written to a file; the peak resident set size (RSS) and the wall time
 Streaming keeps memory bounded by ``--chunk-size``, so the peak should not grow with the number of pairs.
 
     python benchmarks/stream_memory.py                          # 100k and 1M pairs, layer 0 (about 12 min)
+    python benchmarks/stream_memory.py --json docs/performance-stream-<cpu>.json   # publish (a new file)
     python benchmarks/stream_memory.py --sizes 20000 --layer 1  # quick check
 """
 
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -56,8 +59,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="100000,1000000", help="numbers of pairs (default: %(default)s)")
     ap.add_argument("--layer", type=int, default=0, help="encoder layer; low for speed (default: %(default)s)")
     ap.add_argument("--chunk-size", type=int, default=4096)
-    ap.add_argument("--json", type=Path, default=ROOT / "docs" / "performance-stream.json")
+    ap.add_argument(
+        "--json", type=Path, default=None, help="JSON file (default: runs/performance-stream.json; docs/ when given)"
+    )
+    add_overwrite_argument(ap)
     args = ap.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": args.json is not None, "flag": "--json"}
+    args.json = args.json or ROOT / "runs" / "performance-stream.json"
+    check_outputs_or_exit(ap, [args.json], **rules)
     if not Path("/usr/bin/time").exists():
         raise SystemExit("needs /usr/bin/time (Debian package 'time')")
     results = []
@@ -81,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r['pairs']:,} | {r['layer']} | {r['chunk_size']} | {r['peak_rss_mib']:.0f} | {r['seconds']:.0f} "
             f"| {r['pairs_per_s']:.0f} |"
         )
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": results}, indent=2) + "\n")
+    write_text(
+        args.json, json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "rows": results}, indent=2) + "\n", **rules
+    )
     print(f"wrote {args.json}")
     return 0
 

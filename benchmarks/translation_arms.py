@@ -48,6 +48,8 @@ sys.path.insert(0, str(ROOT / "examples" / "translation"))
 import nmt  # noqa: E402
 import recipe  # noqa: E402
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+
 DEFAULT_ARMS = ["ce", "bertscore", "mrt"]
 ARM_DEFAULTS: dict[str, dict[str, Any]] = {"mrt": {"weight": 10.0}}  # the weights of the stage-2 tables
 
@@ -283,13 +285,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--profile", action="store_true", help="also print where the time of an update goes")
     parser.add_argument("--warm-references", action="store_true", help="references encoded before timing")
-    parser.add_argument("--json", default=str(ROOT / "runs" / "translation-arms-speed.json"))
+    parser.add_argument("--json", default=None, help="JSON file (default: runs/translation-arms-speed.json)")
+    add_overwrite_argument(parser)
     args = parser.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": args.json is not None, "flag": "--json"}
+    args.json = args.json or str(ROOT / "runs" / "translation-arms-speed.json")
+    check_outputs_or_exit(parser, [args.json], **rules)  # a committed result (docs/...) needs --overwrite
     if args.skip >= args.updates:
         raise SystemExit(f"--skip {args.skip} leaves no update of --updates {args.updates} to time")
     out = Path(args.json)
-    if out.resolve() == (ROOT / "docs" / "translation-arms-speed.json").resolve():
-        raise SystemExit("docs/translation-arms-speed.json is a committed result: write to another --json")
     torch.set_num_threads(args.threads)
     base = recipe.load_config(recipe.Stage2Config, args.config, {"batch_tokens": args.batch_tokens}, args.set)
     model_dir = Path(args.model) if args.model else recipe.resolve(base.init)
@@ -381,8 +385,7 @@ def main(argv: list[str] | None = None) -> None:
             for a in arms
         },
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write_text(out, json.dumps(result, indent=1) + "\n", **rules)
     print(
         f"{result['cpu']}, {args.threads} thread(s), {precision}, batch_tokens {base.batch_tokens} "
         f"(~{pairs:.0f} pairs), {result['updates_timed']} updates timed per arm (alternated)"

@@ -30,11 +30,10 @@ import hashlib
 import json
 import logging
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -42,6 +41,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bertscore_loss import sequence_log_probs
+from bertscore_loss.outputs import write_text
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
@@ -387,17 +387,6 @@ def _shard_rows(
     return rows, cut
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _manifest(model: Any, sources: Sequence[str], config: MBRDataConfig, utility: Any) -> dict:
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     return {
@@ -453,7 +442,7 @@ def build_mbr_data(
                 "use another folder or remove it"
             )
     elif rank == 0:
-        _write_atomic(mpath, json.dumps(manifest, indent=1) + "\n")
+        write_text(mpath, json.dumps(manifest, indent=1) + "\n", allow_docs=True)
     shards = math.ceil(len(sources) / config.shard_size)
     names = [out / f"shard-{k:05d}.jsonl" for k in range(shards)]
     mine = [k for k in range(shards) if k % world_size == rank]
@@ -470,7 +459,7 @@ def build_mbr_data(
             spent: dict[str, float] = {}
             rows, cut = _shard_rows(model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent)
             truncated += cut
-            _write_atomic(names[k], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            write_text(names[k], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), allow_docs=True)
             with open(out / "timing.jsonl", "a", encoding="utf-8") as log:  # a log of cost, not part of the data
                 log.write(json.dumps({"shard": k, "sources": len(rows), "truncated": cut, "seconds": spent}) + "\n")
             for key, dt in spent.items():
@@ -560,6 +549,16 @@ def build_mbr_data_distributed(
         model, tokenizer = loader()
         return build_mbr_data(model, tokenizer, sources, out, config, utility=utility).files
     fabric = Fabric(accelerator=accelerator, devices=devices, num_nodes=num_nodes, strategy=strategy)
-    fabric.launch(_distributed_worker, loader, sources, str(out), asdict(config), utility)  # no frozen dataclass
+    # the config as a dict: Lightning refuses frozen dataclasses among the arguments it moves to devices
+    fabric.launch(
+        partial(
+            _distributed_worker,
+            loader=loader,
+            sources=sources,
+            out_dir=str(out),
+            config=asdict(config),
+            utility=utility,
+        )
+    )
     shards = math.ceil(len(sources) / config.shard_size)
     return [p for p in (out / f"shard-{k:05d}.jsonl" for k in range(shards)) if p.exists()]

@@ -12,9 +12,10 @@ dev sentence); then, for P, R and F with and without IDF:
 
     python scripts/quality_report.py                  # writes runs/quality/quality.md and quality-layers.png
     python scripts/quality_report.py --limit 20       # quick check (20 pairs per group), also under runs/quality
-    python scripts/quality_report.py --out docs       # only when asked: replaces the published docs/quality.md
+    python scripts/quality_report.py --out docs --overwrite  # only when asked: replaces the published docs/quality.md
 
-Nothing is written into docs/ unless ``--out`` says so.
+Files are written by the one write rule (``bertscore_loss.outputs``): atomically, nothing into docs/ unless
+``--out`` says so, and never over a file git tracks (the published docs/quality.md) without ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import numpy as np
 import torch
 
 from bertscore_loss.baseline import packaged_baseline, read_baseline
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, save_figure, write_text
 from bertscore_loss.presets import BUNDLED_LAYER, BUNDLED_NAME
 from bertscore_loss.quality import (
     LayerCorrelations,
@@ -53,13 +55,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--out",
         type=Path,
-        default=ROOT / "runs" / "quality",
+        default=None,
         help="folder for quality.md and quality-layers.png (default: runs/quality; docs/ only when given)",
     )
+    add_overwrite_argument(ap)  # the published docs/quality.md is tracked: --out docs needs it
     ap.add_argument("--limit", type=int, default=None, help="first N pairs per WMT16 language pair and of STS-B")
     ap.add_argument("--layer", type=int, default=BUNDLED_LAYER, help="layer of the main table (default: preset)")
     ap.add_argument("--device", default="cpu")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
+    args.out = args.out or ROOT / "runs" / "quality"
+    check_outputs_or_exit(ap, [args.out / "quality.md", args.out / "quality-layers.png"], **args.rules)  # first
+    return args
 
 
 def sts_corr(scores: np.ndarray, gold: np.ndarray) -> tuple[float, float]:
@@ -114,11 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.perf_counter() - t0
 
     # --- outputs ------------------------------------------------------------------------------------------
-    args.out.mkdir(parents=True, exist_ok=True)
     plot_path = args.out / "quality-layers.png"
-    plot_layer_correlations(
+    figure = plot_layer_correlations(
         {"": wmt_corr[False], "+idf": wmt_corr[True]},
-        plot_path,
         title=f"all-MiniLM-L6-v2, WMT16 DAseg: mean Pearson r over {len(lps)} language pairs",
     )
     layer = args.layer
@@ -204,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for k, row in sorted(read_baseline(baseline).items()):
             lines.append(f"| {k} | " + " | ".join(fmt(x) for x in row) + " |")
-    (args.out / "quality.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    save_figure(figure, plot_path, format="png", **args.rules)
+    write_text(args.out / "quality.md", "\n".join(lines) + "\n", **args.rules)
     print(f"wrote {args.out / 'quality.md'} and {plot_path} in {elapsed:.0f} s", file=sys.stderr)
     return 0
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -385,21 +386,185 @@ def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
         recipe.run_length(recipe.Stage2Config(), 251)
 
 
-def test_blind_outputs_go_under_the_run_and_never_overwrite_docs(recipe, tmp_path, monkeypatch):
+def _git_repo(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    return path
+
+
+def _track(*files: Path) -> None:
+    for f in files:
+        subprocess.run(["git", "-C", str(f.parent), "add", "--", f.name], check=True)
+
+
+def test_blind_outputs_go_under_the_run_and_never_overwrite_a_committed_file(recipe, tmp_path, monkeypatch):
     cfg = recipe.Stage2Config()
     assert recipe.outputs_dir(cfg, tmp_path / "run") == tmp_path / "run" / "outputs"
     assert recipe.outputs_dir(recipe.dataclasses.replace(cfg, outputs="docs/x"), tmp_path) == recipe.ROOT / "docs/x"
-    monkeypatch.setattr(recipe, "ROOT", tmp_path)
-    published = tmp_path / "docs" / "out" / "ce-seed0-beam5.test_2017_flickr.en"
-    recipe.write_output(published, ["a dog .", "two men ."])
-    recipe.write_output(published, ["a dog .", "two men ."])  # the same translations: nothing changes
-    with pytest.raises(SystemExit, match="published outputs under docs/ are never overwritten"):
+    repo = _git_repo(tmp_path / "repo")
+    published = repo / "docs" / "out" / "ce-seed0-beam5.test_2017_flickr.en"
+    recipe.write_output(published, ["a dog .", "two men ."])  # a new file under docs/: asked for by outputs=
+    _track(published)
+    with pytest.raises(SystemExit, match=r"ce-seed0-beam5.test_2017_flickr.en: git tracks it .*pass --overwrite"):
         recipe.write_output(published, ["a cat .", "two men ."])
     assert published.read_text() == "a dog .\ntwo men .\n"
+    recipe.write_output(published, ["a cat .", "two men ."], overwrite=True)
+    assert published.read_text() == "a cat .\ntwo men .\n"
     elsewhere = tmp_path / "runs" / "x.en"
     recipe.write_output(elsewhere, ["a"])
     recipe.write_output(elsewhere, ["b"])  # run folders may be rewritten
     assert elsewhere.read_text() == "b\n"
+    import bertscore_loss.outputs as outputs
+
+    def interrupted(src, dst):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(outputs.os, "replace", interrupted)  # stopped after the text, before the rename
+    with pytest.raises(KeyboardInterrupt):
+        recipe.write_output(elsewhere, ["c", "d"])
+    assert elsewhere.read_text() == "b\n" and [p.name for p in elsewhere.parent.iterdir()] == ["x.en"]
+
+
+def test_g10_no_default_path_points_into_docs(recipe, tmp_path):
+    docs = (recipe.ROOT / "docs").resolve()
+
+    def paths(cfg) -> list[Path]:
+        return [recipe.resolve(getattr(cfg, f)) for f in ("out", "outputs", "data") if getattr(cfg, f, None)]
+
+    configs = [recipe.Stage1Config(), recipe.Stage2Config(), recipe.Stage3Config()]
+    smoke = recipe.smoke_configs(recipe.resolve("runs/multi30k/smoke"))
+    configs += [smoke["stage1"], smoke["equal_time"], smoke["stage3"], *smoke["stage2"].values()]
+    for cfg in configs:
+        for path in paths(cfg):
+            assert not path.resolve().is_relative_to(docs), (type(cfg).__name__, path)
+    # a stage-3 run without --config decodes into runs/, not over the published docs/multi30k-outputs
+    _, cfg = recipe.configure(["stage3", "--model", "m", "--name", "x"])
+    assert recipe.resolve(cfg.outputs) == recipe.ROOT / "runs" / "multi30k" / "stage3" / "outputs"
+    args = recipe.build_parser().parse_args(["smoke"])
+    assert recipe.resolve(args.out).is_relative_to(recipe.ROOT / "runs")
+
+
+def _no_decoding(recipe, monkeypatch):
+    """Make any decoding or model loading fail the test: the checks must come first."""
+
+    def reached(*a, **k):
+        raise AssertionError("decoding started before the config and outputs were checked")
+
+    monkeypatch.setattr(recipe.nmt, "translate", reached)
+    monkeypatch.setattr(recipe.nmt, "sample", reached)
+    monkeypatch.setattr(recipe, "load_model", reached)
+
+
+def test_g10_stage3_refuses_committed_outputs_before_decoding(recipe, tiny_model, tmp_path, monkeypatch):
+    repo = _git_repo(tmp_path / "repo")
+    published = repo / "docs" / "multi30k-outputs"
+    published.mkdir(parents=True)
+    blind = sorted((SAMPLE / "blind").glob("*.de"))
+    committed = published / f"best-beam5-top1.{blind[0].stem}.en"
+    committed.write_text("published\n")
+    _track(committed)
+    _no_decoding(recipe, monkeypatch)
+    argv = ["stage3", "--model", str(tiny_model), "--out", str(tmp_path / "s3"), "--set", f"data={SAMPLE}"]
+    argv += ["--set", "blind=true", "--set", f"outputs={published}", "--set", "sample_sizes=[2]"]
+    msg = _exits(recipe, argv)
+    assert msg == (
+        f"refusing to overwrite {committed}: git tracks it (a committed file); pass --overwrite to replace it, "
+        "or write elsewhere"
+    )
+    assert committed.read_text() == "published\n" and not (tmp_path / "s3").exists()  # not even the settings
+
+
+@pytest.mark.slow
+def test_g10_stage3_overwrites_a_committed_file_with_overwrite(recipe, tiny_model, tmp_path):
+    repo = _git_repo(tmp_path / "repo")
+    out = repo / "docs" / "outs"
+    out.mkdir(parents=True)
+    committed = out / "t-beam5-top1.test_2016_flickr.en"
+    committed.write_text("published\n")
+    _track(committed)
+    argv = [
+        "stage3",
+        "--model",
+        str(tiny_model),
+        "--name",
+        "t",
+        "--out",
+        str(tmp_path / "s3"),
+        "--set",
+        f"data={SAMPLE}",
+    ]
+    argv += ["--set", f"outputs={out}", "--set", "limit=2", "--set", "nbest_beams=1", "--set", "sample_sizes=[]"]
+    argv += ["--set", "utilities=[chrf]", "--set", "blind=false", "--set", "precision=32-true", "--overwrite"]
+    recipe.main(argv)
+    assert len(committed.read_text().splitlines()) == 2
+    assert json.loads((tmp_path / "s3" / "t-stage3.json").read_text())["rows"].keys() == {
+        "beam5-top1",
+        "beam1-nbest+mbr-chrf",
+    }
+
+
+def test_g10_stage2_refuses_committed_blind_outputs_before_training(recipe, tiny_model, tmp_path, monkeypatch):
+    repo = _git_repo(tmp_path / "repo")
+    dest = repo / "docs" / "converged"
+    dest.mkdir(parents=True)
+    blind = sorted((SAMPLE / "blind").glob("*.de"))
+    committed = dest / f"ce-seed0-beam5.{blind[-1].stem}.en"
+    committed.write_text("published\n")
+    _track(committed)
+
+    def trainer(*a, **k):
+        raise AssertionError("training started before the outputs were checked")
+
+    monkeypatch.setattr(recipe.pl, "Trainer", trainer)
+    argv = ["stage2", "--set", f"init={tiny_model}", "--set", f"data={SAMPLE}", "--set", "updates=2"]
+    argv += ["--out", str(tmp_path / "s2"), "--set", f"outputs={dest}"]
+    assert _exits(recipe, argv).endswith(
+        "git tracks it (a committed file); pass --overwrite to replace it, or write elsewhere"
+    )
+    assert committed.read_text() == "published\n" and not (tmp_path / "s2").exists()
+
+
+def test_g13_stage3_config_errors_are_one_line_before_any_decoding(recipe, tiny_model, tmp_path, monkeypatch):
+    _no_decoding(recipe, monkeypatch)
+    base = ["stage3", "--model", str(tiny_model), "--out", str(tmp_path / "s3"), "--set", f"data={SAMPLE}"]
+    cases = [
+        (["--set", "method=bogus"], "method: unknown MBR method 'bogus': choose one of"),
+        (["--set", "utilities=[bertscore, chrff]"], "utilities: unknown MBR utility 'chrff' (did you mean 'chrf'?"),
+        (["--set", "utilities=[]"], "utilities: give at least one MBR utility"),
+        (["--set", "sample_sizes=[16, 0]"], "sample_sizes must all be >= 1 samples per source, got [16, 0]"),
+        (["--set", "nbest_beams=0"], "nbest_beams must be >= 1, got 0"),
+        (["--set", "epsilon=1.5"], "epsilon must be in [0, 1), got 1.5"),
+        (["--set", "precision=bf61"], "precision must be one of auto, 32-true, bf16-mixed, got 'bf61'"),
+        (["--set", "sampler=beam"], "sampler must be 'fast' or 'generate', got 'beam'"),
+        (["--set", "scored=false", "--set", "blind=false"], "scored: false and blind: false leave nothing"),
+        (["--set", "split=test_2099"], f"data {SAMPLE} has no test_2099.de and no test_2099.en: is split"),
+        (["--set", f"data={tmp_path / 'nowhere'}"], f"data {tmp_path / 'nowhere'}: no such folder"),
+    ]
+    empty = tmp_path / "no-blind"
+    empty.mkdir()
+    for name in ("test_2016_flickr.de", "test_2016_flickr.en"):
+        (empty / name).write_text((SAMPLE / name).read_text())
+    cases.append((["--set", f"data={empty}", "--set", "blind=true"], f"blind: true but data {empty} has no blind/*.de"))
+    for extra, start in cases:
+        msg = _exits(recipe, [*base, *extra])
+        assert msg.startswith(start), (extra, msg)
+    assert not (tmp_path / "s3").exists()  # nothing written, not even the settings
+    # the same settings through configure (no data read): every documented stage-3 command passes it
+    with pytest.raises(SystemExit, match="sample_sizes must all be >= 1"):
+        recipe.configure(["stage3", "--set", "sample_sizes=[0]"])
+
+
+@pytest.mark.slow
+def test_g13_a_config_error_exits_with_status_2_as_a_script(tmp_path):
+    done = subprocess.run(
+        [sys.executable, str(RECIPE / "recipe.py"), "stage3", "--set", "method=bogus"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1].startswith("recipe.py: error: method: unknown MBR method 'bogus'")
+    assert "Traceback" not in done.stderr
 
 
 # ---------------------------------------------------------------------------------------- stage-2 protocol

@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from .common import add_model_args, check_output_file, positive_int
+from .common import add_model_args, add_overwrite_arg, check_output_file, positive_int
 
 
 def cmd_baseline(args: argparse.Namespace) -> int:
     from ..baseline import write_baseline
+    from ..outputs import atomic_path
     from ..quality.baseline_tool import baseline_from_corpus
     from ..textio import read_corpus
 
-    output = check_output_file(args.output, "-o/--output")  # before the whole computation
+    rules: dict[str, Any] = {"inputs": args.corpus, "overwrite": args.overwrite, "allow_docs": True}
+    output = check_output_file(args.output, "-o/--output", **rules)  # before the whole computation
     sentences = read_corpus(args.corpus)
     rows = baseline_from_corpus(
         sentences,
@@ -24,7 +27,8 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         dtype=args.dtype,
         batch_tokens=args.batch_tokens,
     )
-    write_baseline(output, rows)
+    with atomic_path(output, flag="-o/--output", **rules) as tmp:  # the old file or the new one, never half of one
+        write_baseline(tmp, rows)
     sys.stdout.write(f"{len(sentences)} distinct sentences, {args.pairs} random pairs, seed {args.seed}\n")
     sys.stdout.write("LAYER,P,R,F\n")
     for k, (p, r, f) in rows.items():
@@ -50,7 +54,10 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("--pairs", type=positive_int, default=100_000, help="number of random pairs (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="random seed of the pairs (default: %(default)s)")
-    p.add_argument("-o", "--output", required=True, help="baseline file to write (e.g. my-model.tsv)")
+    p.add_argument(
+        "-o", "--output", required=True, help="baseline file to write (e.g. my-model.tsv; never one of --corpus)"
+    )
+    add_overwrite_arg(p)
     add_model_args(p)
     p.set_defaults(func=cmd_baseline)
     return p

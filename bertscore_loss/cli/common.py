@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..config import ScorerConfig
+from ..outputs import add_overwrite_argument, check_output
 from ..textio import check_input_file, read_lines
 
 if TYPE_CHECKING:
@@ -136,15 +137,29 @@ def read_input_lines(path: str, flag: str) -> list[str]:
     return read_lines(path, what=f"{flag} file")
 
 
-def check_output_file(path: str | os.PathLike, flag: str) -> Path:
-    """An output file path that can be written: not a directory, its folder exists. Checked before computing."""
+def add_overwrite_arg(p: argparse.ArgumentParser) -> None:
+    """``--overwrite``: the one switch of the write rule (:mod:`bertscore_loss.outputs`)."""
+    add_overwrite_argument(p)
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    flag: str,
+    *,
+    inputs: Sequence[str | os.PathLike | None] = (),
+    overwrite: bool = False,
+    allow_docs: bool = True,
+) -> Path:
+    """An output file path that can be written: not a directory, its folder exists, and the write rule lets
+    it be written (not an input, not git-tracked without ``--overwrite``, not under ``docs/`` unless
+    ``allow_docs``: the path was given explicitly). Checked before computing."""
     p = Path(path)
     if p.is_dir():
         raise IsADirectoryError(f"{flag} {str(p)!r} is a directory: give a file name")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir():
         raise FileNotFoundError(f"{flag} {str(p)!r}: the folder {str(parent)!r} does not exist")
-    return p
+    return check_output(p, inputs=inputs, overwrite=overwrite, allow_docs=allow_docs, flag=flag)
 
 
 def check_output_dir(path: str | os.PathLike, flag: str) -> Path:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from .common import UsageError, add_scorer_args, check_output_file, scorer_from_args
+from .common import UsageError, add_overwrite_arg, add_scorer_args, check_output_file, scorer_from_args
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
+    from ..outputs import save_figure
     from ..quality.plot import similarity_figure, token_similarity
     from ..textio import read_corpus
 
-    output = check_output_file(args.output, "-o/--output")
+    rules: dict[str, Any] = {"inputs": [args.idf_corpus], "overwrite": args.overwrite, "allow_docs": True}
+    output = check_output_file(args.output, "-o/--output", **rules)  # before loading the model
     if args.idf_corpus and not args.idf:
         raise UsageError("--idf-corpus needs --idf")
     corpus = read_corpus(args.idf_corpus, distinct=False) if args.idf_corpus else None
@@ -20,7 +23,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     if corpus is not None:
         scorer.set_idf_corpus(corpus)
     data = token_similarity(args.cand, args.ref, scorer)  # warns when IDF gives every token weight 0
-    similarity_figure(data).savefig(output, format="png")
+    save_figure(similarity_figure(data), output, format="png", flag="-o/--output", **rules)
     p, r, f = data.scores
     sys.stdout.write(f"P: {p:.6f}  R: {r:.6f}  F: {f:.6f}\nwrote {args.output}\n")
     return 0
@@ -35,8 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     )
     p.add_argument("-c", "--cand", required=True, help="candidate text")
     p.add_argument("-r", "--ref", required=True, help="reference text")
-    p.add_argument("-o", "--output", required=True, help="PNG file to write")
+    p.add_argument("-o", "--output", required=True, help="PNG file to write (never the --idf-corpus file)")
     p.add_argument("--idf-corpus", default=None, help="with --idf: file of sentences (one per line) for the IDF table")
     add_scorer_args(p)
+    add_overwrite_arg(p)
     p.set_defaults(func=cmd_plot)
     return p

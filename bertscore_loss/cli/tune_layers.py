@@ -5,15 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
-from .common import UsageError, add_model_args, check_output_dir, positive_int
+from .common import UsageError, add_model_args, add_overwrite_arg, check_output_dir, positive_int
+
+FILES = ("layers.csv", "layers.md", "layers.png")
 
 
 def cmd_tune_layers(args: argparse.Namespace) -> int:
+    from ..outputs import check_output, save_figure, write_text
     from ..quality.datasets import JudgedPairs, read_judged_tsv, read_stsb, read_wmt_daseg
     from ..quality.layers import plot_layer_correlations, tune_layers
 
-    out = check_output_dir(args.output, "-o/--output")  # before any computation
+    out = check_output_dir(args.output or "tune-layers", "-o/--output")  # before any computation
+    rules: dict[str, Any] = {
+        "inputs": [args.stsb, *(args.tsv or [])],
+        "overwrite": args.overwrite,
+        "allow_docs": args.output is not None,  # the default folder never goes under docs/
+        "flag": "-o/--output",
+    }
+    for name in FILES:
+        check_output(out / name, **rules)
     parts = []
     if args.wmt_daseg:
         lps = [x.strip() for x in args.lang_pairs.split(",") if x.strip()] if args.lang_pairs else None
@@ -30,14 +42,15 @@ def cmd_tune_layers(args: argparse.Namespace) -> int:
     corr, _ = tune_layers(
         data, args.model, idf=args.idf, device=args.device, dtype=args.dtype, batch_tokens=args.batch_tokens
     )
-    out.mkdir(parents=True, exist_ok=True)
-    corr.write_csv(out / "layers.csv")
-    (out / "layers.md").write_text(corr.to_markdown() + "\n", encoding="utf-8")
+    best = corr.best_layer()  # constant scores end here, before anything is written
+    csv_text, markdown, summary = corr.to_csv(), corr.to_markdown() + "\n", corr.summary_markdown()
     name = args.model or "bundled all-MiniLM-L6-v2"
-    title = f"{Path(name).name}{' +idf' if args.idf else ''}: best layer {corr.best_layer()}"
-    plot_layer_correlations(corr, out / "layers.png", title=title)
-    sys.stdout.write(corr.summary_markdown() + "\n\n")
-    best = corr.best_layer()
+    figure = plot_layer_correlations(corr, title=f"{Path(name).name}{' +idf' if args.idf else ''}: best layer {best}")
+    out.mkdir(parents=True, exist_ok=True)
+    write_text(out / "layers.csv", csv_text, **rules)
+    write_text(out / "layers.md", markdown, **rules)
+    save_figure(figure, out / "layers.png", format="png", **rules)
+    sys.stdout.write(summary + "\n\n")
     sys.stdout.write(
         f"recommended layer: {best} (mean Pearson of F over {len(corr.groups)} group(s): "
         f"{corr.mean()[best, 2]:.4f})\nwrote {out / 'layers.csv'}, {out / 'layers.md'}, {out / 'layers.png'}\n"
@@ -59,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     p.add_argument("--tsv", action="append", help="cand<TAB>ref<TAB>score[<TAB>group] file; repeatable")
     p.add_argument("--limit", type=positive_int, default=None, help="use the first N pairs of each group")
     p.add_argument("--idf", action="store_true", help="IDF weights over the references of each group")
-    p.add_argument("-o", "--output", default="tune-layers", help="output folder for layers.{csv,md,png}")
+    p.add_argument("-o", "--output", default=None, help="output folder for layers.{csv,md,png} (default: tune-layers)")
     add_model_args(p)
+    add_overwrite_arg(p)
     p.set_defaults(func=cmd_tune_layers)
     return p

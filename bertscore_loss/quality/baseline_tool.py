@@ -18,6 +18,7 @@ from torch import Tensor
 from ..all_layers import embed_all_layers, load_full_encoder
 from ..baseline import write_baseline
 from ..encoder import FrozenEncoder
+from ..outputs import atomic_path
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def baseline_from_corpus(
 def compute_baseline_file(
     path: str | os.PathLike, sentences: Sequence[str], model: str | None = None, **kwargs: Any
 ) -> dict[int, tuple[float, float, float]]:
-    """:func:`baseline_from_corpus` written to ``path`` in the ``bert-score`` format; returns the rows."""
+    """:func:`baseline_from_corpus` written to ``path`` in the ``bert-score`` format (atomically); returns the rows."""
     rows = baseline_from_corpus(sentences, model, **kwargs)
-    write_baseline(path, rows)
+    with atomic_path(path, overwrite=True, allow_docs=True) as tmp:
+        write_baseline(tmp, rows)
     return rows

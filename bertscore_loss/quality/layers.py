@@ -12,6 +12,7 @@ correlation of F with the human scores; ties go to the lower layer.
 from __future__ import annotations
 
 import csv
+import io
 import logging
 import math
 import os
@@ -24,6 +25,7 @@ from torch import Tensor
 
 from ..all_layers import load_full_encoder, score_all_layers
 from ..encoder import FrozenEncoder
+from ..outputs import save_figure, write_text
 from .datasets import JudgedPairs
 
 logger = logging.getLogger(__name__)
@@ -93,12 +95,18 @@ class LayerCorrelations:
                 )
         return out
 
+    def to_csv(self) -> str:
+        """:meth:`rows` as CSV text (a header, then one line per row; floats with 6 decimals)."""
+        fh = io.StringIO(newline="")
+        writer = csv.DictWriter(fh, fieldnames=["layer", "measure", "group", "n", "pearson", "kendall"])
+        writer.writeheader()
+        for row in self.rows():
+            writer.writerow({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in row.items()})
+        return fh.getvalue()
+
     def write_csv(self, path: str | os.PathLike) -> None:
-        with open(path, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.DictWriter(fh, fieldnames=["layer", "measure", "group", "n", "pearson", "kendall"])
-            writer.writeheader()
-            for row in self.rows():
-                writer.writerow({k: f"{v:.6f}" if isinstance(v, float) else v for k, v in row.items()})
+        """:meth:`to_csv` written to ``path`` atomically (:mod:`bertscore_loss.outputs`; the caller chose the path)."""
+        write_text(path, self.to_csv(), overwrite=True, allow_docs=True)
 
     def summary_markdown(self) -> str:
         """Table of the mean Pearson r and Kendall τ of P/R/F per layer; the recommended layer in bold."""
@@ -216,8 +224,8 @@ def plot_layer_correlations(
 ):
     """Mean correlation vs layer, one line per measure P/R/F (line style per entry of ``curves``).
 
-    Returns the matplotlib ``Figure`` (and saves it to ``path`` when given). The recommended layer of
-    the first entry is marked with a dotted vertical line.
+    Returns the matplotlib ``Figure`` (and saves it to ``path`` when given, atomically). The recommended
+    layer of the first entry is marked with a dotted vertical line.
     """
     from matplotlib.figure import Figure
 
@@ -251,5 +259,5 @@ def plot_layer_correlations(
     ax.set_title(title or f"correlation with human scores by layer (best: {best})", fontsize=10)
     fig.tight_layout()
     if path is not None:
-        fig.savefig(Path(path), format="png")
+        save_figure(fig, Path(path), format="png", overwrite=True, allow_docs=True)
     return fig

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from torch import Tensor
 
+from ..outputs import save_figure
 from ..scorer import BERTScorer, TokenSimilarity
 
 
@@ -93,8 +94,9 @@ def plot_similarity(
     *,
     annotate: bool | None = None,
 ):
-    """Heatmap figure of ``cand`` against ``ref`` (see :func:`similarity_figure`), saved as PNG to ``path``."""
+    """Heatmap figure of ``cand`` against ``ref`` (see :func:`similarity_figure`), saved as PNG to ``path``
+    (atomically: a temporary file, then a rename)."""
     fig = similarity_figure(token_similarity(cand, ref, scorer), annotate=annotate)
     if path is not None:
-        fig.savefig(Path(path), format="png")
+        save_figure(fig, Path(path), format="png", overwrite=True, allow_docs=True)
     return fig

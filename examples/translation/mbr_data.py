@@ -19,6 +19,8 @@ import logging
 import sys
 from pathlib import Path
 
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -31,7 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "multi30k"), help="Multi30k folder")
     p.add_argument("--split", default="train", help="split whose German side is the sources (default: train)")
     p.add_argument("--limit", type=int, default=None, help="the first N sources only")
-    p.add_argument("--out", default="runs/mbr-data/train-eps64", help="output folder (resumed when it exists)")
+    p.add_argument(
+        "--out", default=None, help="output folder, resumed when it exists (default: runs/mbr-data/train-eps64)"
+    )
     p.add_argument("--samples", type=int, default=64, help="epsilon samples per source (default 64)")
     p.add_argument("--epsilon", type=float, default=0.02)
     p.add_argument("--beams", type=int, default=5)
@@ -43,11 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
+    add_overwrite_argument(p)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
+    args.out = args.out or "runs/mbr-data/train-eps64"
+    record_path = (
+        ROOT / args.out if not Path(args.out).is_absolute() else Path(args.out)
+    ) / f"record-rank{args.rank}.json"
+    check_outputs_or_exit(parser, [record_path], **rules)  # before any sampling
     import nmt
     import sentencepiece as spm
     import torch
@@ -92,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "samples_per_second": built * args.samples / max(totals.get("sampling", 0.0), 1e-9),
         "cpu_hours": sum(totals.values()) * args.threads / 3600,
     }
-    (out / f"record-rank{args.rank}.json").write_text(json.dumps(record, indent=1) + "\n")
+    write_text(record_path, json.dumps(record, indent=1) + "\n", **rules)
     logging.getLogger("mbr_data").info(
         "%d shards built now, %d were there; %s", result.built, result.reused, json.dumps(record["seconds_per_source"])
     )

@@ -11,6 +11,9 @@
     # blind outputs: beam 5 top-1 and the n = 256 decoders (exact and one approximation, BERTScore and chrF)
     python examples/translation/mbr_sweep.py blind --model runs/mbr/model --run runs/mbr/blind --name converged
 
+Every file is written by the project's write rule (``bertscore_loss.outputs``): atomically, and never over a
+file git tracks (published outputs) without ``--overwrite``, which is checked before any decoding.
+
 The candidate lists are saved under ``<run>/lists/<set>/`` (``beam5.json``, ``eps<n>.json``: texts, model
 scores, seconds) and reused, so methods can be re-run without resampling (``--resample`` draws again).
 Hypotheses and pseudo-references are the same samples; exact MBR leaves each sample's own column out.
@@ -26,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import shutil
 import sys
 import threading
 import time
@@ -39,6 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metrics  # noqa: E402
 import nmt  # noqa: E402
 
+from bertscore_loss.outputs import (  # noqa: E402
+    OVERWRITE_HELP,
+    OutputRefusedError,
+    check_output,
+    write_bytes,
+    write_text,
+)
 from rerank import AggregateExact, Method, Prune, agreement, gain_share, get_method, get_utility, mbr  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,8 +66,29 @@ def resolve(path: str | Path) -> Path:
     return p if p.is_absolute() else ROOT / p
 
 
+# Every path here is given on the command line (--run, --out, --outputs), so a path under docs/ was asked for.
+def writable(paths, overwrite: bool = False) -> None:
+    """Every one of ``paths`` may be written (checked before the work that makes them), else one line."""
+    for path in paths:
+        try:
+            check_output(path, overwrite=overwrite, allow_docs=True, flag="--run/--outputs/--out")
+        except (OutputRefusedError, OSError) as err:
+            raise SystemExit(f"mbr_sweep.py: error: {err}") from None
+
+
+def write(path: Path, data: str | bytes, overwrite: bool = False) -> None:
+    """``data`` written to ``path`` by the write rule, or one line saying why not."""
+    try:
+        if isinstance(data, bytes):
+            write_bytes(path, data, overwrite=overwrite, allow_docs=True, flag="--run/--outputs/--out")
+        else:
+            write_text(path, data, overwrite=overwrite, allow_docs=True, flag="--run/--outputs/--out")
+    except OutputRefusedError as err:
+        raise SystemExit(f"mbr_sweep.py: error: {err}") from None
+
+
 # --- export ------------------------------------------------------------------------------------------------
-def export(stage1: Path, out: Path, epoch: int | None = None) -> Path:
+def export(stage1: Path, out: Path, epoch: int | None = None, overwrite: bool = False) -> Path:
     """``out``: the HF Marian model of ``stage1/epochs/epoch-NNN.pt`` (default the latest) + ``spm.model``."""
     settings = json.loads((stage1 / "settings.json").read_text())
     epochs = sorted((stage1 / "epochs").glob("epoch-*.pt"))
@@ -68,10 +98,11 @@ def export(stage1: Path, out: Path, epoch: int | None = None) -> Path:
         raise SystemExit(f"no epoch weights {'' if epoch is None else epoch} in {stage1 / 'epochs'}")
     model = nmt.build_model(nmt.ModelConfig(**settings["model"]), settings.get("vocab_size", 8000))
     model.load_state_dict(torch.load(epochs[-1], map_location="cpu"))
+    writable([out / "spm.model", out / "exported-from.txt", out / "config.json", out / "model.safetensors"], overwrite)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    shutil.copy(stage1 / "spm.model", out / "spm.model")
-    (out / "exported-from.txt").write_text(f"{epochs[-1]}\n")
+    write(out / "spm.model", (stage1 / "spm.model").read_bytes(), overwrite)
+    write(out / "exported-from.txt", f"{epochs[-1]}\n", overwrite)
     return out
 
 
@@ -128,7 +159,7 @@ def decode_lists(model, sp, sources: list[str], sizes: list[int], folder: Path, 
         t0 = time.perf_counter()
         texts = nmt.translate(model, sp, sources, beams=5, precision=prec)
         lists["beam5"] = {"texts": texts, "seconds": time.perf_counter() - t0, "precision": prec}
-        path.write_text(json.dumps(lists["beam5"], ensure_ascii=False))
+        write(path, json.dumps(lists["beam5"], ensure_ascii=False), args.overwrite)
     for n in sizes:
         path = folder / f"eps{n}.json"
         if path.exists() and not args.resample:
@@ -147,7 +178,7 @@ def decode_lists(model, sp, sources: list[str], sizes: list[int], folder: Path, 
         )
         seconds = time.perf_counter() - t0
         lists[f"eps{n}"] = {"texts": texts, "scores": scores, "seconds": seconds, "precision": prec}
-        path.write_text(json.dumps(lists[f"eps{n}"], ensure_ascii=False))
+        write(path, json.dumps(lists[f"eps{n}"], ensure_ascii=False), args.overwrite)
         logger.info(
             "eps%d: %d sources in %.1f s (%.0f samples/s)", n, len(sources), seconds, n * len(sources) / seconds
         )
@@ -183,11 +214,20 @@ def run_methods(samples: list[list[str]], utility, methods: list[str], repeats: 
 
 
 # --- the sweep --------------------------------------------------------------------------------------------
+def list_files(folder: Path, sizes: list[int], args: argparse.Namespace) -> list[Path]:
+    """The candidate-list files ``decode_lists`` will write into ``folder`` (those missing, or all with --resample)."""
+    paths = [folder / "beam5.json", *(folder / f"eps{n}.json" for n in sizes)]
+    return [p for p in paths if args.resample or not p.exists()]
+
+
 def sweep(args: argparse.Namespace) -> dict:
     data, run = resolve(args.data), resolve(args.run)
+    name = f"sweep-{args.tag}" if args.tag else "sweep"
+    lists_dir = run / "lists" / args.split
+    writable([*list_files(lists_dir, args.sizes, args), run / f"{name}.json", run / f"{name}.md"], args.overwrite)
     model, sp = load_model(resolve(args.model))
     sources, refs = nmt.read_pairs(data, args.split, args.limit)
-    lists = decode_lists(model, sp, sources, args.sizes, run / "lists" / args.split, args)
+    lists = decode_lists(model, sp, sources, args.sizes, lists_dir, args)
     beam = lists["beam5"]["texts"]
     base = metrics.corpus_scores(beam, refs)
     rows = [{"decoder": "beam5-top1", "n": 1, **base, "sampling_s": lists["beam5"]["seconds"] / len(beam)}]
@@ -248,9 +288,8 @@ def sweep(args: argparse.Namespace) -> dict:
         "oracle_bertscore_f": oracle,
         "rows": rows,
     }
-    name = f"sweep-{args.tag}" if args.tag else "sweep"
-    (run / f"{name}.json").write_text(json.dumps(result, indent=1))
-    (run / f"{name}.md").write_text(markdown(result))
+    write(run / f"{name}.json", json.dumps(result, indent=1), args.overwrite)
+    write(run / f"{name}.md", markdown(result), args.overwrite)
     return result
 
 
@@ -292,13 +331,23 @@ def blind(args: argparse.Namespace) -> dict:
     ``<outputs>/<name>-blind.json`` records the settings, the CPU, the files and the seconds of each step."""
     data, run = resolve(args.data), resolve(args.run)
     dest = resolve(args.outputs) if args.outputs else run / "outputs"
-    dest.mkdir(parents=True, exist_ok=True)
-    model, sp = load_model(resolve(args.model))
-    utils = utilities(args.utilities, args.bertscore_dtype)
     n = args.n
     sets = sorted((data / "blind").glob("*.de"))
     if not sets:
         raise SystemExit(f"no blind sets in {data / 'blind'}")
+    decoders = ["beam5-top1"] + [
+        f"eps{n}+mbr-{u}" + ("" if m == "exact" else f"-{m}") for u in args.utilities for m in ["exact", *args.approx]
+    ]
+    writable(
+        [
+            *(p for s in sets for p in list_files(run / "lists" / s.stem, [n], args)),
+            *(dest / f"{args.name}-{d}.{s.stem}.en" for s in sets for d in decoders),
+            dest / f"{args.name}-blind.json",
+        ],
+        args.overwrite,
+    )
+    model, sp = load_model(resolve(args.model))
+    utils = utilities(args.utilities, args.bertscore_dtype)
     record: dict[str, Any] = {"sets": {}}
     for path in sets:
         sources = nmt.read_lines(path)
@@ -317,7 +366,7 @@ def blind(args: argparse.Namespace) -> dict:
             if len(hyps) != len(sources):
                 raise SystemExit(f"{decoder}: {len(hyps)} outputs for {len(sources)} sources of {path.name}")
             target = dest / f"{args.name}-{decoder}.{path.stem}.en"
-            target.write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            write(target, "\n".join(hyps) + "\n", args.overwrite)
             files[decoder] = target.name
         record["sets"][path.stem] = {
             "sources": len(sources),
@@ -326,7 +375,7 @@ def blind(args: argparse.Namespace) -> dict:
             "seconds": seconds,
         }
     record.update(blind_settings(args, lists[f"eps{n}"].get("precision")))
-    (dest / f"{args.name}-blind.json").write_text(json.dumps(record, indent=1))
+    write(dest / f"{args.name}-blind.json", json.dumps(record, indent=1), args.overwrite)
     return {s: [str(dest / f) for f in r["files"].values()] for s, r in record["sets"].items()}
 
 
@@ -354,6 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     pe.add_argument("--stage1", required=True, help="stage-1 run folder (settings.json, epochs/, spm.model)")
     pe.add_argument("--out", required=True)
     pe.add_argument("--epoch", type=int, help="epoch number (default: the latest)")
+    pe.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--model", required=True, help="HF Marian folder with spm.model (as the recipe writes)")
@@ -372,6 +422,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         p.add_argument("--resample", action="store_true", help="decode again even if the lists exist")
         p.add_argument("--threads", type=int, help="torch.set_num_threads")
+        p.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
 
     ps = sub.add_parser("sweep", help="beam 5 vs MBR over n samples, every method, JSON + markdown table")
     common(ps)
@@ -392,7 +443,7 @@ def main(argv: list[str] | None = None) -> None:
     if getattr(args, "threads", None):
         torch.set_num_threads(args.threads)
     if args.command == "export":
-        print(export(resolve(args.stage1), resolve(args.out), args.epoch))
+        print(export(resolve(args.stage1), resolve(args.out), args.epoch, args.overwrite))
     elif args.command == "sweep":
         result = sweep(args)
         print(markdown(result))

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
+from bertscore_loss.outputs import atomic_path, write_text
+
 logger = logging.getLogger("translation")
 
 PAD, UNK, BOS, EOS = 0, 1, 2, 3
@@ -460,7 +462,9 @@ class Translator(pl.LightningModule):
             return
         self.epoch_dir.mkdir(parents=True, exist_ok=True)
         state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
-        torch.save(state, self.epoch_dir / f"epoch-{self.current_epoch:03d}.pt")
+        # a run's own file: atomic (an interruption leaves no truncated epoch), the run folder already checked
+        with atomic_path(self.epoch_dir / f"epoch-{self.current_epoch:03d}.pt", overwrite=True, allow_docs=True) as tmp:
+            torch.save(state, tmp)
         saved = sorted(self.epoch_dir.glob("epoch-*.pt"))
         for old in saved[: max(0, len(saved) - self.keep_epochs)] if self.keep_epochs else []:
             old.unlink()
@@ -809,7 +813,7 @@ class FineTuner(Translator):
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
         if plan.curve is not None:
             curve = {"select": plan.select, "best": self.best, "curve": self.history}
-            plan.curve.write_text(json.dumps(curve, indent=1))
+            write_text(plan.curve, json.dumps(curve, indent=1), overwrite=True, allow_docs=True)  # a run's own file
         logger.info(
             "update %d: val BLEU %.2f chrF %.2f BERTScore F %.2f (best %s %.2f at update %d)",
             row["step"],

@@ -33,8 +33,33 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metrics  # noqa: E402
 import nmt  # noqa: E402
 
+from bertscore_loss.outputs import OutputRefusedError, check_output, write_bytes, write_text  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("translation")
+
+
+# The write rule (bertscore_loss.outputs) for every file the recipe writes: atomically (the old file or the new
+# one, never half of one) and never over a file git tracks (published outputs, committed runs) without
+# --overwrite. No default path points under docs/ (tested), so a path there was asked for by the options.
+def writable(paths, overwrite: bool = False) -> None:
+    """Every one of ``paths`` may be written (checked before the work that makes them), else one line."""
+    for path in paths:
+        try:
+            check_output(path, overwrite=overwrite, allow_docs=True, flag="--set/--out")
+        except (OutputRefusedError, OSError) as err:
+            raise SystemExit(str(err)) from None
+
+
+def write(path: Path, data: str | bytes, overwrite: bool = False) -> None:
+    """``data`` written to ``path`` by the write rule (missing folders created), or one line saying why not."""
+    try:
+        if isinstance(data, bytes):
+            write_bytes(path, data, overwrite=overwrite, allow_docs=True, flag="--set/--out")
+        else:
+            write_text(path, data, overwrite=overwrite, allow_docs=True, flag="--set/--out")
+    except OutputRefusedError as err:
+        raise SystemExit(str(err)) from None
 
 
 @dataclass
@@ -259,6 +284,7 @@ def check_settings(
     file: str = "settings.json",
     before: dict | None = None,
     wipe: bool = True,
+    overwrite: bool = False,
 ) -> None:
     """Store ``cfg`` in ``run/<file>``; refuse a rerun whose settings differ (but for ``resumable`` ones).
 
@@ -285,7 +311,7 @@ def check_settings(
             shutil.rmtree(run)
             run.mkdir(parents=True)
     run.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(settings_of(cfg), indent=1))
+    write(path, json.dumps(settings_of(cfg), indent=1), overwrite)
 
 
 def read_checkpoint(path: Path) -> dict:
@@ -344,12 +370,13 @@ def load_sp(path: Path):
     return spm.SentencePieceProcessor(model_file=str(path))
 
 
-def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
+def stage1(cfg: Stage1Config, fresh: bool = False, overwrite: bool = False) -> dict:
     """Tokenizer + generator from scratch with label-smoothed CE until val BLEU stops improving (``patience``);
     the best epoch or the average of the last ``average`` epochs, whichever is better on val, exported as HF."""
     out, data = resolve(cfg.out), resolve(cfg.data)
+    writable([out / "model" / "spm.model", out / "model" / "choice.json"], overwrite)
     out.mkdir(parents=True, exist_ok=True)
-    check_settings(out, cfg, fresh)
+    check_settings(out, cfg, fresh, overwrite=overwrite)
     pl.seed_everything(cfg.seed, verbose=False)
     spm_path = out / "spm.model"
     if not spm_path.exists():
@@ -402,8 +429,8 @@ def stage1(cfg: Stage1Config, fresh: bool = False) -> dict:
     model.load_state_dict({k[len("model.") :]: v for k, v in best["state_dict"].items() if k.startswith("model.")})
     choice = choose_average(model, sp, val, out / "epochs", cfg.average, precision)
     model.save_pretrained(out / "model")
-    (out / "model" / "spm.model").write_bytes(spm_path.read_bytes())
-    (out / "model" / "choice.json").write_text(json.dumps(choice, indent=1))
+    write(out / "model" / "spm.model", spm_path.read_bytes(), overwrite)
+    write(out / "model" / "choice.json", json.dumps(choice, indent=1), overwrite)
     return {
         "best": ckpt.best_model_path,
         "choice": choice,
@@ -644,13 +671,14 @@ def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
     return semantic, risk
 
 
-def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
+def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> dict:
     """Fine-tune the initial model with one arm; keep the weights the checkpoint rule chooses; decode the sets.
 
     Every arm of a seed gets the same batches (seeded by the seed only), optimizer, schedule and length.
     With ``val_every`` the run validates periodically and keeps the weights with the best val ``select``
     score (else its last weights). Resumes from ``<run>/checkpoints/last.ckpt`` with its val history and
-    kept weights; refuses a rerun with other settings (``fresh``: start that run again).
+    kept weights; refuses a rerun with other settings (``fresh``: start that run again). Every file it will
+    write is checked before training (``overwrite``: replace files git tracks).
     """
     if cfg.arm not in nmt.ARMS:
         raise SystemExit(f"arm {cfg.arm!r}: expected one of {', '.join(nmt.ARMS)}")
@@ -673,20 +701,23 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
     val_every = max(1, round(cfg.val_every * per_epoch)) if cfg.val_every else None
     done = run / "result.json"
     before = json.loads(done.read_text())["config"] if done.exists() else None  # runs made before settings.json
-    check_settings(run, cfg, fresh, STAGE2_RESUMABLE, before=before)
+    name = f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}"
+    finished = (run / "model").exists() and done.exists()
+    dest = outputs_dir(cfg, run)
+    todo = [s for s in cfg.eval_sets if s not in json.loads(done.read_text())["eval"]] if finished else cfg.eval_sets
+    # a finished run adds the blind outputs it does not have yet; a new one writes them all
+    blind = [p for p in blind_sources(data, cfg.blind) if not (finished and blind_file(dest, name, p).exists())]
+    writable([done, *(run / f"{s}.hyp.en" for s in todo), *(blind_file(dest, name, p) for p in blind)], overwrite)
+    check_settings(run, cfg, fresh, STAGE2_RESUMABLE, before=before, overwrite=overwrite)
     pl.seed_everything(cfg.seed, verbose=False)
     precision = precision_of(cfg.precision)
-    name = f"{cfg.arm}-seed{cfg.seed}-beam{cfg.beams}"
-    if (run / "model").exists() and done.exists():
+    if finished:
         # A finished run: keep its training figures, add only the evaluation sets it has not scored yet.
         result = json.loads(done.read_text())
         model, _ = load_model(run / "model")
-        todo = [s for s in cfg.eval_sets if s not in result["eval"]]
-        dest = outputs_dir(cfg, run)
-        blind = cfg.blind and not all((dest / f"{name}.{p.stem}.en").exists() for p in (data / "blind").glob("*.de"))
-        more = dataclasses.replace(cfg, eval_sets=todo, blind=blind)
-        result["eval"].update(translate_sets(model, sp, data, run, more, precision, name))
-        done.write_text(json.dumps(result, indent=1))
+        more = dataclasses.replace(cfg, eval_sets=todo)
+        result["eval"].update(translate_sets(model, sp, data, run, more, precision, name, blind, overwrite))
+        write(done, json.dumps(result, indent=1), overwrite)
         return result
     last = run / "checkpoints" / "last.ckpt"
     ckpt = read_checkpoint(last) if last.exists() else None
@@ -747,7 +778,7 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
     if module.best_state is not None:
         model.load_state_dict(module.best_state)
     model.save_pretrained(run / "model")
-    (run / "model" / "spm.model").write_bytes((init / "spm.model").read_bytes())
+    write(run / "model" / "spm.model", (init / "spm.model").read_bytes(), overwrite)
     steps = module.step_seconds
     result = {
         "arm": cfg.arm,
@@ -770,8 +801,8 @@ def stage2(cfg: Stage2Config, fresh: bool = False) -> dict:
         "equal_time": equal_time,
         "config": settings_of(cfg),
     }
-    result["eval"] = translate_sets(model, sp, data, run, cfg, precision, name)
-    done.write_text(json.dumps(result, indent=1))
+    result["eval"] = translate_sets(model, sp, data, run, cfg, precision, name, blind, overwrite)
+    write(done, json.dumps(result, indent=1), overwrite)
     return result
 
 
@@ -780,36 +811,48 @@ def outputs_dir(cfg, run: Path) -> Path:
     return resolve(cfg.outputs) if cfg.outputs else run / "outputs"
 
 
-def write_output(path: Path, lines: list[str]) -> None:
-    """One translation per line; a different file already under docs/ is never overwritten (published evidence)."""
-    text = "\n".join(lines) + "\n"
-    docs = (ROOT / "docs").resolve()
-    if path.exists() and path.resolve().is_relative_to(docs) and path.read_text(encoding="utf-8") != text:
-        raise SystemExit(
-            f"{shown(path)} exists with other translations: published outputs under docs/ are never overwritten; "
-            "set outputs to a new folder"
-        )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
+def blind_sources(data: Path, blind: bool = True) -> list[Path]:
+    """The blind sets' sources ``<data>/blind/*.de`` (none when ``blind`` is false)."""
+    return sorted((data / "blind").glob("*.de")) if blind else []
 
 
-def translate_sets(model, sp, data: Path, run: Path, cfg: Stage2Config, precision: str, name: str) -> dict:
+def blind_file(dest: Path, name: str, source: Path) -> Path:
+    """Where the translations of the blind set ``source`` by the decoder ``name`` go: ``<dest>/<name>.<set>.en``."""
+    return dest / f"{name}.{source.stem}.en"
+
+
+def write_output(path: Path, lines: list[str], overwrite: bool = False) -> None:
+    """One translation per line, by the write rule: a file git tracks (published outputs) only with ``overwrite``."""
+    write(path, "\n".join(lines) + "\n", overwrite)
+
+
+def translate_sets(
+    model,
+    sp,
+    data: Path,
+    run: Path,
+    cfg: Stage2Config,
+    precision: str,
+    name: str,
+    blind: list[Path] | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Beam translations of the evaluation sets (scored, ``<run>/<set>.hyp.en``) and of the blind sets
-    (``<outputs>/<name>.<set>.en``, ``outputs`` defaulting to ``<run>/outputs``)."""
+    ``blind`` (default: all of them when ``cfg.blind``) into ``<outputs>/<name>.<set>.en``, ``outputs``
+    defaulting to ``<run>/outputs``."""
     out = {}
     for split in cfg.eval_sets:
         src, refs = nmt.read_pairs(data, split, cfg.eval_limit)
         t0 = time.time()
         hyps = nmt.translate(model, sp, src, beams=cfg.beams, precision=precision)
         seconds = time.time() - t0
-        (run / f"{split}.hyp.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+        write(run / f"{split}.hyp.en", "\n".join(hyps) + "\n", overwrite)
         out[split] = {**metrics.corpus_scores(hyps, refs), "decode_seconds": seconds}
         logger.info("%s %s: %s", name, split, out[split])
-    if cfg.blind:
-        dest = outputs_dir(cfg, run)
-        for path in sorted((data / "blind").glob("*.de")):
-            hyps = nmt.translate(model, sp, nmt.read_lines(path), beams=cfg.beams, precision=precision)
-            write_output(dest / f"{name}.{path.stem}.en", hyps)
+    dest = outputs_dir(cfg, run)
+    for path in blind_sources(data, cfg.blind) if blind is None else blind:
+        hyps = nmt.translate(model, sp, nmt.read_lines(path), beams=cfg.beams, precision=precision)
+        write_output(blind_file(dest, name, path), hyps, overwrite)
     return out
 
 
@@ -828,7 +871,7 @@ class Stage3Config:
     precision: str = "auto"
     blind: bool = True
     scored: bool = True  # decode and score `split`; False with blind: true decodes the blind sets only
-    outputs: str = "docs/multi30k-outputs"
+    outputs: str = "runs/multi30k/stage3/outputs"  # every decoder's translations (docs/... publishes: a new folder)
     utilities: list[str] = field(default_factory=lambda: ["bertscore", "chrf"])  # MBR utilities (rerank registry)
     method: str = "exact"  # MBR method: exact, aggregate, aggregate-exact, prune (rerank.METHODS)
     sampler: str = "fast"  # fast: rerank.sample_ids; generate: model.generate(num_return_sequences=n)
@@ -842,26 +885,97 @@ def mbr_utility(name: str):
     return get_utility(name, scorer=metrics.scorer()) if name.startswith("bertscore") else get_utility(name)
 
 
-def stage3(cfg: Stage3Config) -> dict:
-    """Beam-5 top-1 against MBR over beam n-best lists and over samples, with the registry's utilities."""
-    from rerank import get_method, mbr
+STAGE3_PRECISIONS = ("auto", "32-true", "bf16-mixed")
 
+
+def check_stage3(cfg: Stage3Config, data: bool = True) -> None:
+    """Every stage-3 setting and (``data``) the data folder it reads, before any decoding: one line naming the
+    first bad one."""
+    from rerank import UTILITIES, get_method
+
+    try:
+        get_method(cfg.method)
+    except ValueError as err:
+        raise SystemExit(f"method: {one_line(err)}") from None
+    if not cfg.utilities:
+        raise SystemExit(f"utilities: give at least one MBR utility (known: {', '.join(sorted(UTILITIES))})")
+    for u in cfg.utilities:
+        if u.strip().lower() not in UTILITIES:
+            close = difflib.get_close_matches(u.strip().lower(), sorted(UTILITIES), n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            raise SystemExit(f"utilities: unknown MBR utility {u!r} ({hint}known: {', '.join(sorted(UTILITIES))})")
     if cfg.sampler not in ("fast", "generate"):
         raise SystemExit(f"sampler must be 'fast' or 'generate', got {cfg.sampler!r}")
+    if cfg.precision not in STAGE3_PRECISIONS:
+        raise SystemExit(f"precision must be one of {', '.join(STAGE3_PRECISIONS)}, got {cfg.precision!r}")
+    for option, value in (("nbest_beams", cfg.nbest_beams), ("token_budget", cfg.token_budget), ("limit", cfg.limit)):
+        if value is not None and value < 1:
+            raise SystemExit(f"{option} must be >= 1, got {value}")
+    bad = [n for n in cfg.sample_sizes if n < 1]
+    if bad:
+        raise SystemExit(f"sample_sizes must all be >= 1 samples per source, got {cfg.sample_sizes}")
+    if len(set(cfg.sample_sizes)) != len(cfg.sample_sizes):
+        raise SystemExit(f"sample_sizes has a size twice: {cfg.sample_sizes}")
+    if not 0 <= cfg.epsilon < 1:
+        raise SystemExit(f"epsilon must be in [0, 1), got {cfg.epsilon}")
+    if not cfg.scored and not cfg.blind:
+        raise SystemExit("scored: false and blind: false leave nothing to decode: set one of them to true")
+    if not data:
+        return
+    folder = resolve(cfg.data)
+    if not folder.is_dir():
+        raise SystemExit(f"data {cfg.data}: no such folder")
+    if cfg.scored:
+        missing = [f"{cfg.split}.{lang}" for lang in ("de", "en") if not (folder / f"{cfg.split}.{lang}").is_file()]
+        if missing:
+            raise SystemExit(f"data {cfg.data} has no {' and no '.join(missing)}: is split {cfg.split!r} right?")
+    if cfg.blind and not blind_sources(folder):
+        raise SystemExit(f"blind: true but data {cfg.data} has no blind/*.de (set blind: false)")
+
+
+def stage3_keys(cfg: Stage3Config) -> tuple[list[str], list[str]]:
+    """The candidate lists stage 3 makes (``beam<k>-nbest``, ``eps<n>``) and every decoder's row name."""
+    from rerank import get_method
+
+    method = get_method(cfg.method)
+    suffix = "" if method.name == "exact" else f"-{method.name}"
+    lists = [f"beam{cfg.nbest_beams}-nbest", *(f"eps{n}" for n in cfg.sample_sizes)]
+    rows = ["beam5-top1", *(f"{key}+mbr-{u}{suffix}" for key in lists for u in cfg.utilities)]
+    return lists, rows
+
+
+def stage3_files(cfg: Stage3Config) -> list[Path]:
+    """Every file stage 3 writes: the scored split's candidate lists, each decoder's translations of each set,
+    and the result."""
+    out, dest, data = resolve(cfg.out), resolve(cfg.outputs), resolve(cfg.data)
+    lists, rows = stage3_keys(cfg)
+    sets = ([cfg.split] if cfg.scored else []) + [p.stem for p in blind_sources(data, cfg.blind)]
+    files = [out / f"{cfg.name}-{key}.{cfg.split}.json" for key in lists] if cfg.scored else []
+    files += [dest / f"{cfg.name}-{key}.{name}.en" for name in sets for key in rows]
+    return [*files, out / f"{cfg.name}-stage3{'' if cfg.scored else '-blind'}.json"]
+
+
+def stage3(cfg: Stage3Config, overwrite: bool = False) -> dict:
+    """Beam-5 top-1 against MBR over beam n-best lists and over samples, with the registry's utilities.
+
+    The settings and data are checked first (``check_stage3``) and every file it will write
+    (``stage3_files``) before any decoding (``overwrite``: replace files git tracks)."""
+    from rerank import get_method, mbr
+
+    check_stage3(cfg)
+    writable(stage3_files(cfg), overwrite)
     data, folder, out = resolve(cfg.data), resolve(cfg.model), resolve(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     model, sp = load_model(folder)
     precision = precision_of(cfg.precision)
     method = get_method(cfg.method)
     utilities = {u: mbr_utility(u) for u in cfg.utilities}
-    src, refs = nmt.read_pairs(data, cfg.split, cfg.limit)
+    src, refs = nmt.read_pairs(data, cfg.split, cfg.limit) if cfg.scored else ([], [])
     sets = {cfg.split: src} if cfg.scored else {}
-    if cfg.blind:
-        sets.update({p.stem: nmt.read_lines(p) for p in sorted((data / "blind").glob("*.de"))})
+    sets.update({p.stem: nmt.read_lines(p) for p in blind_sources(data, cfg.blind)})
     rows: dict[str, dict] = {}
     blind_speed: dict[str, dict[str, float]] = {}
     dest = resolve(cfg.outputs)
-    dest.mkdir(parents=True, exist_ok=True)
     suffix = "" if method.name == "exact" else f"-{method.name}"
     for name, sources in sets.items():
         torch.manual_seed(cfg.seed)
@@ -905,13 +1019,13 @@ def stage3(cfg: Stage3Config) -> dict:
                 continue
             cands = [c if isinstance(c, list) else [c] for c in cands]
             if name == cfg.split:
-                (out / f"{cfg.name}-{key}.{name}.json").write_text(json.dumps(cands, ensure_ascii=False))
+                write(out / f"{cfg.name}-{key}.{name}.json", json.dumps(cands, ensure_ascii=False), overwrite)
             for uname, utility in utilities.items():
                 t0 = time.time()
                 best = [r.best for r in mbr(cands, utility=utility, method=method)]
                 outputs[f"{key}+mbr-{uname}{suffix}"] = (best, gen_seconds + time.time() - t0)
         for key, (hyps, seconds) in outputs.items():
-            (dest / f"{cfg.name}-{key}.{name}.en").write_text("\n".join(hyps) + "\n", encoding="utf-8")
+            write(dest / f"{cfg.name}-{key}.{name}.en", "\n".join(hyps) + "\n", overwrite)
             if name == cfg.split:
                 row = {**metrics.corpus_scores(hyps, refs), "seconds_per_sentence": seconds / len(hyps)}
                 rows[key] = row
@@ -920,7 +1034,7 @@ def stage3(cfg: Stage3Config) -> dict:
                 blind_speed.setdefault(name, {})[key] = seconds / len(hyps)
     result = {"model": str(folder), "split": cfg.split, "cpu": nmt.cpu_label(), "precision": precision, "rows": rows}
     result["blind_seconds_per_sentence"] = blind_speed
-    (out / f"{cfg.name}-stage3{'' if cfg.scored else '-blind'}.json").write_text(json.dumps(result, indent=1))
+    write(out / f"{cfg.name}-stage3{'' if cfg.scored else '-blind'}.json", json.dumps(result, indent=1), overwrite)
     return result
 
 
@@ -1112,11 +1226,15 @@ def sweep_report(sweep_dir: str, stage2_dir: str = "runs/multi30k/stage2", split
     return "\n".join(lines)
 
 
-def run_stage3(cfg: Stage3Config, fresh: bool = False) -> dict:
-    """Stage 3 with its model folder checked and its settings stored (``<out>/<name>.settings.json``)."""
+def run_stage3(cfg: Stage3Config, fresh: bool = False, overwrite: bool = False) -> dict:
+    """Stage 3 with its whole config, data, model folder and output files checked first and its settings
+    stored (``<out>/<name>.settings.json``)."""
+    check_stage3(cfg)
     require_model(cfg.model, "--model")
-    check_settings(resolve(cfg.out), cfg, fresh, STAGE3_RESUMABLE, file=f"{cfg.name}.settings.json", wipe=False)
-    return stage3(cfg)
+    writable(stage3_files(cfg), overwrite)
+    settings = f"{cfg.name}.settings.json"
+    check_settings(resolve(cfg.out), cfg, fresh, STAGE3_RESUMABLE, file=settings, wipe=False, overwrite=overwrite)
+    return stage3(cfg, overwrite)
 
 
 SAMPLE = ROOT / "tests" / "data" / "multi30k"  # 300 train pairs, 24 val and test pairs, 8 + 8 blind sources
@@ -1174,7 +1292,7 @@ def smoke_configs(out: Path, data: Path = SAMPLE) -> dict:
     }
 
 
-def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False) -> dict:
+def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False, overwrite: bool = False) -> dict:
     """All stages on the committed sample with a tiny model (about a minute on one thread): stage 1 with early
     stopping and averaging, stage 2 for every arm with periodic validation and the best-F rule, an equal-time
     ce run for the bertscore arm, the report, and stage 3. Writes only under ``out``."""
@@ -1182,13 +1300,14 @@ def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False) -> dict:
     if fresh and root.exists():
         shutil.rmtree(root)
     cfgs = smoke_configs(root)
+    writable([root / "report.md"], overwrite)
     t0 = time.time()
-    stage1(cfgs["stage1"])
-    runs = {arm: stage2(cfg) for arm, cfg in cfgs["stage2"].items()}
-    equal = stage2(cfgs["equal_time"])
+    stage1(cfgs["stage1"], overwrite=overwrite)
+    runs = {arm: stage2(cfg, overwrite=overwrite) for arm, cfg in cfgs["stage2"].items()}
+    equal = stage2(cfgs["equal_time"], overwrite=overwrite)
     table = report(str(root / "stage2"), equal_time=str(root / "equal-time"))
-    s3 = run_stage3(cfgs["stage3"])
-    (root / "report.md").write_text(table + "\n", encoding="utf-8")
+    s3 = run_stage3(cfgs["stage3"], overwrite=overwrite)
+    write(root / "report.md", table + "\n", overwrite)
     return {
         "out": str(root),
         "seconds": time.time() - t0,
@@ -1199,6 +1318,12 @@ def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False) -> dict:
     }
 
 
+OVERWRITE_HELP = (
+    "replace files git tracks (published outputs, committed runs); without it they are refused before any work. "
+    "Every file is written atomically; paths under docs/ only when given (--set outputs=docs/..., --out)"
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="stage", required=True)
@@ -1207,6 +1332,7 @@ def build_parser() -> argparse.ArgumentParser:
     p1.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
     p1.add_argument("--out")
     p1.add_argument("--fresh", action="store_true", help="discard a run in --out made with other settings")
+    p1.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p2 = sub.add_parser("stage2", help="fine-tune one arm from the stage-1 model (ce, bertscore, mrt)")
     p2.add_argument("--config")
     p2.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
@@ -1215,6 +1341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p2.add_argument("--weight", type=float, help="lambda of the semantic term (overrides the config)")
     p2.add_argument("--out")
     p2.add_argument("--fresh", action="store_true", help="discard a run of this arm and seed made with other settings")
+    p2.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p3 = sub.add_parser("stage3", help="decode with beam search vs MBR reranking (BERTScore, chrF)")
     p3.add_argument("--config")
     p3.add_argument("--set", action="append", metavar="KEY=VALUE", help="override one config option (repeatable)")
@@ -1222,6 +1349,7 @@ def build_parser() -> argparse.ArgumentParser:
     p3.add_argument("--name")
     p3.add_argument("--out")
     p3.add_argument("--fresh", action="store_true", help="replace the stored settings of --name in --out")
+    p3.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     p4 = sub.add_parser("report", help="stage-2 tables: scores over seeds with paired bootstrap, training, equal time")
     p4.add_argument("--stage2", default="runs/multi30k/stage2")
     p4.add_argument("--split", action="append", help="split to tabulate (repeatable; default test_2016_flickr and val)")
@@ -1241,6 +1369,7 @@ def build_parser() -> argparse.ArgumentParser:
     p7 = sub.add_parser("smoke", help="every stage on the committed sample with a tiny model (about a minute)")
     p7.add_argument("--out", default="runs/multi30k/smoke")
     p7.add_argument("--fresh", action="store_true", help="delete --out first")
+    p7.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     return parser
 
 
@@ -1257,6 +1386,7 @@ def configure(argv: list[str] | None = None) -> tuple[argparse.Namespace, object
     elif args.stage == "stage3":
         overrides = {"model": args.model, "name": args.name, "out": args.out}
         cfg = load_config(Stage3Config, args.config, overrides, args.set)
+        check_stage3(cfg, data=False)  # every setting now; the data folder when the stage runs
     return args, cfg
 
 
@@ -1269,11 +1399,11 @@ def main(argv: list[str] | None = None) -> None:
     if isinstance(cfg, Stage1Config):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
-        print(json.dumps(stage1(cfg, args.fresh), indent=1))
+        print(json.dumps(stage1(cfg, args.fresh, args.overwrite), indent=1))
     elif isinstance(cfg, Stage2Config):
-        print(json.dumps(stage2(cfg, args.fresh), indent=1))
+        print(json.dumps(stage2(cfg, args.fresh, args.overwrite), indent=1))
     elif isinstance(cfg, Stage3Config):
-        print(json.dumps(run_stage3(cfg, args.fresh), indent=1))
+        print(json.dumps(run_stage3(cfg, args.fresh, args.overwrite), indent=1))
     elif args.stage == "evaluate":
         require_model(args.model, "--model")
         print(json.dumps(evaluate(args.model, args.data, args.split, args.beams, args.precision, args.limit), indent=1))
@@ -1282,10 +1412,16 @@ def main(argv: list[str] | None = None) -> None:
     elif args.stage == "sweep-report":
         print(sweep_report(args.sweep, args.stage2, args.split, args.seed))
     elif args.stage == "smoke":
-        summary = smoke(args.out, args.fresh)
+        summary = smoke(args.out, args.fresh, args.overwrite)
         print(Path(summary["report"]).read_text(encoding="utf-8"))
         print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SystemExit as exc:  # a one-line error (bad config, refused write): exit status 2, as argparse's
+        if isinstance(exc.code, str):
+            print(f"recipe.py: error: {exc.code}", file=sys.stderr)
+            raise SystemExit(2) from None
+        raise
