@@ -196,12 +196,24 @@ def build_arm(
 ) -> Arm:
     """One arm's generator copy, losses (as ``recipe.stage2`` builds them), module and optimizer."""
     model, sp = recipe.load_model(model_dir)
-    semantic, risk = _losses(cfg, model_dir, sp)
-    module = nmt.FineTuner(
-        model, sp, cfg.train, val, recipe.precision_of(cfg.precision), cfg.arm, semantic, risk, cfg.weight, cfg.samples
-    )
-    module.train_targets = train.tgt_text
-    if hasattr(module, "log_prob_dropout"):
+    if hasattr(recipe, "fine_tuner"):  # the recipe's own construction (the teacher arms and later)
+        module = recipe.fine_tuner(cfg, model, sp, model_dir, train, val, recipe.precision_of(cfg.precision))
+    else:  # a recipe of an earlier commit
+        semantic, risk = _losses(cfg, model_dir, sp)
+        module = nmt.FineTuner(
+            model,
+            sp,
+            cfg.train,
+            val,
+            recipe.precision_of(cfg.precision),
+            cfg.arm,
+            semantic,
+            risk,
+            cfg.weight,
+            cfg.samples,
+        )
+        module.train_targets = train.tgt_text
+    if not hasattr(recipe, "fine_tuner") and hasattr(module, "log_prob_dropout"):
         module.log_prob_dropout = getattr(cfg, "mrt_dropout", True)  # as recipe.stage2 sets it
         module.semantic_rows, module.row_seed = getattr(cfg, "semantic_rows", None), cfg.seed
     for key, value in attrs.items():
@@ -214,7 +226,7 @@ def build_arm(
 
 
 def _losses(cfg: recipe.Stage2Config, init: Path, sp: Any) -> tuple[Any, Any]:
-    """The arm's semantic loss or risk, built as ``recipe.stage2`` builds them."""
+    """The arm's semantic loss or risk, built as ``recipe.stage2`` of an earlier commit (without ``fine_tuner``)."""
     from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, VocabBridge
 
     if cfg.arm not in ("bertscore", "mrt"):

@@ -455,6 +455,9 @@ def build_mbr_data(
     bar = tqdm(total=len(mine), initial=len(mine) - len(todo), desc="MBR data", unit="shard", disable=disable)
     try:
         for k in todo:
+            if names[k].exists():  # built meanwhile by another process
+                bar.update(1)
+                continue
             lo = k * config.shard_size
             spent: dict[str, float] = {}
             rows, cut = _shard_rows(model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent)

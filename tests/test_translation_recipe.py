@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 import subprocess
 import sys
@@ -846,3 +847,126 @@ def test_arms_benchmark_records_what_times_a_run(recipe, tiny_model, tmp_path):
     cfg = recipe.Stage2Config(equal_time=str(run), time_ratio=str(out), batch_tokens=200)
     updates, basis = recipe.run_length(cfg, 100)
     assert basis["ratio_arm"] == "rows2" and updates == round(10 * arms["rows2"]["ratio_to_ce"])
+
+
+# --- the teacher arms: MBR-ranked data into the generator ---------------------------------------------------
+@pytest.fixture(scope="module")
+def mbr_module(recipe, tiny_model, tmp_path_factory):
+    """MBR data of the first 12 sample sources from the tiny model, and a FineTuner reading it."""
+    from rerank.training_data import MBRDataConfig, build_mbr_data
+
+    nmt = recipe.nmt
+    folder = tmp_path_factory.mktemp("mbr") / "data"
+    model, sp = recipe.load_model(tiny_model)
+    src, _ = nmt.read_pairs(SAMPLE, "train", 12)
+    config = MBRDataConfig(num_samples=4, beams=2, shard_size=6, precision="32", utility="chrf")
+    build_mbr_data(model, sp, src, folder, config, progress=False)
+    train = nmt.PairData(sp, *nmt.read_pairs(SAMPLE, "train", 40), 100)
+    return folder, train, sp
+
+
+def _mbr_tuner(recipe, tiny_model, mbr_module, arm: str, **attrs):
+    from bertscore_loss import PreferenceLoss
+
+    folder, train, sp = mbr_module
+    nmt = recipe.nmt
+    model, _ = recipe.load_model(tiny_model)
+    val = nmt.PairData(sp, *nmt.read_pairs(SAMPLE, "val", 4), 100)
+    module = nmt.FineTuner(model, sp, nmt.TrainConfig(), val, "32-true", arm, None, None, 1.0, 4)
+    module.train_targets = train.tgt_text
+    module.mbr = nmt.MBRTargets.read(folder, sp, 100, train.src_text)
+    module.preference = PreferenceLoss(beta=0.5, nll_weight=0.0)
+    module.log = lambda *a, **k: None  # outside a Trainer
+    for k, v in attrs.items():
+        setattr(module, k, v)
+    return module, train
+
+
+def test_mbr_targets_are_the_built_rows(recipe, tiny_model, mbr_module):
+    from rerank.training_data import read_mbr_data
+
+    folder, train, sp = mbr_module
+    targets = recipe.nmt.MBRTargets.read(folder, sp, 100, train.src_text)
+    rows = read_mbr_data(folder)
+    assert sorted(targets.target) == list(range(12))
+    for r in rows:
+        assert targets.target[r["index"]] == sp.encode(r["chosen"]) + [recipe.nmt.EOS]
+        if r["rejected"] is not None:
+            assert targets.rejected[r["index"]] == sp.encode(r["rejected"]) + [recipe.nmt.EOS]
+            assert targets.ref_chosen[r["index"]] == r["chosen_logp"]
+    with pytest.raises(ValueError, match="is not the training source at that index"):
+        recipe.nmt.MBRTargets.read(folder, sp, 100, ["another corpus"] * 40)
+
+
+def test_mbr_distill_labels_are_mbr_targets_for_the_drawn_rows(recipe, tiny_model, mbr_module):
+    module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mbr-distill", distill_share=1.0)
+    batch = train.collate(list(range(8, 16)))  # sources 8-11 have MBR data, 12-15 do not
+    out = module.distill_labels(batch)
+    for r, i in enumerate(range(8, 16)):
+        row = [t for t in out["labels"][r].tolist() if t != -100]
+        want = module.mbr.target[i] if i < 12 else train.tgt[i]
+        assert row == want
+    half = _mbr_tuner(recipe, tiny_model, mbr_module, "mbr-distill", distill_share=0.0)[0].distill_labels(batch)
+    assert torch.equal(half["labels"], batch["labels"])  # share 0: the references
+
+
+def test_mbr_dpo_starts_at_log_2_with_stored_reference_log_probs(recipe, tiny_model, mbr_module):
+    """Policy = the model that made the data, no dropout: every implicit reward 0, the DPO term log 2 (so the
+    stored reference log-probabilities are the training pass's, same tokenisation, same mode)."""
+    module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mbr-dpo")
+    module.model.train()  # training mode: the preference pass must switch dropout off itself
+    batch = train.collate(list(range(12)))
+    out = module.preference_term(batch)
+    assert out is not None and len(out.margins) == len(module.mbr.rejected)
+    assert float(out.dpo.detach()) == pytest.approx(math.log(2), abs=1e-4)
+    assert float(out.chosen_rewards.abs().max()) < 1e-4 and float(out.rejected_rewards.abs().max()) < 1e-4
+    loss = module.training_step(batch, 0)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in module.model.parameters() if p.grad is not None)
+    assert module.preference_term(train.collate(list(range(20, 24)))) is None  # no MBR data there
+
+
+@pytest.mark.parametrize("kind", ["epsilon", "beam"])
+def test_mrt_candidates_from_epsilon_sampling_or_the_beam(recipe, tiny_model, mbr_module, kind):
+    module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mrt", mrt_candidates=kind)
+    batch = train.collate(list(range(3)))
+    labels, texts, src = module.sample(batch)
+    assert labels.shape[0] == 3 * 4 and len(texts) == 3 and all(len(t) == 4 for t in texts)
+    assert torch.equal(src, batch["input_ids"].repeat_interleave(4, 0))
+    nmt = recipe.nmt
+    for row, text in zip(labels.tolist(), [t for ts in texts for t in ts]):
+        ids = [t for t in row if t != -100]
+        assert ids[-1] == nmt.EOS or len(ids) == labels.shape[1]
+        assert module.sp.decode([t for t in ids if t > nmt.EOS]) == text
+    if kind == "beam":  # the n-best list is ordered and distinct
+        assert all(len(set(map(tuple, labels[i * 4 : (i + 1) * 4].tolist()))) == 4 for i in range(3))
+
+
+def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
+    data = tmp_path / "mbr-data"
+    data.mkdir()
+    timing = [
+        {"shard": 0, "sources": 4, "seconds": {"beam": 1.0, "sampling": 4.0, "mbr": 2.0, "log_probs": 1.0}},
+        {"shard": 1, "sources": 4, "seconds": {"beam": 9.0, "sampling": 9.0, "mbr": 9.0, "log_probs": 9.0}},
+        {"shard": 1, "sources": 4, "seconds": {"beam": 1.0, "sampling": 3.0, "mbr": 3.0, "log_probs": 1.0}},  # rebuilt
+    ]
+    (data / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
+    for name, r in {
+        "mbr-dpo-seed0": {
+            "arm": "mbr-dpo",
+            "seed": 0,
+            "updates": 10,
+            "train_seconds": 32.0,
+            "config": {"mbr_data": str(data)},
+        },
+        "ce-seed0": {"arm": "ce", "seed": 0, "seconds_per_update": 2.0},
+    }.items():
+        (tmp_path / "s2" / name).mkdir(parents=True)
+        (tmp_path / "s2" / name / "result.json").write_text(json.dumps(r))
+    cfg = recipe.Stage2Config(equal_time=str(tmp_path / "s2" / "mbr-dpo-seed0"), seed=0, epochs=2.0)
+    updates, basis = recipe.run_length(cfg, 100)
+    assert basis["data_seconds"] == 16.0  # shard 0 (8 s) + shard 1's last build (8 s)
+    assert updates == 16 + 8 and basis["data_updates"] == 8  # (32 s training + 16 s data) / 2 s per ce update
+    (data / "timing.jsonl").unlink()
+    with pytest.raises(SystemExit, match="timing.jsonl is missing"):
+        recipe.run_length(cfg, 100)

@@ -502,7 +502,8 @@ class Translator(pl.LightningModule):
 
 
 # ------------------------------------------------------------------------------------------- fine-tuning
-ARMS = ("ce", "bertscore", "mrt")
+ARMS = ("ce", "bertscore", "mrt", "mbr-distill", "mbr-dpo")
+MRT_CANDIDATES = ("ancestral", "epsilon", "beam")  # mrt: how the candidates of a source are drawn
 SELECT = ("bertscore_f", "bleu", "chrf")  # val scores the checkpoint rule may maximise
 
 
@@ -628,6 +629,52 @@ def decoder_dropout(model, on: bool) -> Iterator[None]:
             m.training = mode
 
 
+@contextlib.contextmanager
+def no_dropout(model) -> Iterator[None]:
+    """The whole model in eval mode (no dropout: as the reference log-probabilities and the samples were made)
+    and SDPA's math attention kernel, gradients kept; the modules' modes are restored after."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    modes = {m: m.training for m in model.modules()}
+    model.eval()
+    try:
+        with sdpa_kernel([SDPBackend.MATH]):
+            yield
+    finally:
+        for m, mode in modes.items():
+            m.training = mode
+
+
+@dataclass
+class MBRTargets:
+    """What the ``mbr-*`` arms read from MBR-ranked data (``rerank.build_mbr_data``), by training index: the
+    MBR-best target's ids (labels: ids + EOS), the rejected candidate's ids (rows with a pair), and the
+    generating model's log-probabilities of both (the preference loss's reference)."""
+
+    target: dict[int, list[int]]
+    rejected: dict[int, list[int]]
+    ref_chosen: dict[int, float]
+    ref_rejected: dict[int, float]
+
+    @classmethod
+    def read(cls, folder: str | Path, sp, max_len: int, sources: Sequence[str]) -> MBRTargets:
+        """The rows of ``folder`` (shards built so far; their prompts must be ``sources`` at their indices)."""
+        from rerank.training_data import read_mbr_data
+
+        rows = read_mbr_data(folder, complete=False)
+        if not rows:
+            raise ValueError(f"{folder}: no MBR data built yet")
+        for r in rows:
+            if r["index"] >= len(sources) or sources[r["index"]] != r["prompt"]:
+                raise ValueError(f"{folder}: row {r['index']} is not the training source at that index")
+        ids = {r["index"]: sp.encode(r["chosen"])[: max_len - 1] + [EOS] for r in rows}
+        pairs = [r for r in rows if r["rejected"] is not None and r.get("rejected_logp") is not None]
+        rej = {r["index"]: sp.encode(r["rejected"])[: max_len - 1] + [EOS] for r in pairs}
+        return cls(
+            ids, rej, {r["index"]: r["chosen_logp"] for r in pairs}, {r["index"]: r["rejected_logp"] for r in pairs}
+        )
+
+
 def shift_right(labels: Tensor) -> Tensor:
     """Decoder inputs ``[N, T]`` of ``labels`` (-100 = padding): BOS, then the labels but the last (as HF does)."""
     out = labels.new_full(labels.shape, PAD)
@@ -727,6 +774,16 @@ class FineTuner(Translator):
     # a generator seeded with (row_seed, update), so a resumed run picks the same ones; CE on every source
     semantic_rows: int | None = None
     row_seed: int = 0
+    # mrt: "ancestral" (full softmax, temperature 1), "epsilon" (epsilon sampling, rerank.sample_ids) or
+    # "beam" (the beam's n-best list: Edunov et al. 2018); the epsilon of "epsilon"
+    mrt_candidates: str = "ancestral"
+    mrt_epsilon: float = 0.02
+    # the weight of the CE on the references (BERTTune's arm trains on -F alone: 0)
+    ce_weight: float = 1.0
+    # mbr-distill: the share of rows with an MBR-best target whose label is that target (the rest keep the
+    # reference), drawn per row and update from (row_seed, update); mbr-*: the MBRTargets read
+    distill_share: float = 0.5
+    mbr: MBRTargets | None = None
 
     def __init__(
         self,
@@ -745,6 +802,7 @@ class FineTuner(Translator):
         if arm not in ARMS:
             raise ValueError(f"arm must be one of {ARMS}, got {arm!r}")
         self.arm, self.semantic, self.risk, self.weight, self.samples = arm, semantic, risk, weight, samples
+        self.preference = None  # mbr-dpo: a bertscore_loss.PreferenceLoss (no parameters, no state)
         self.step_seconds: list[float] = []
         self.plan: RunPlan | None = None  # set by the recipe: validation, checkpoint rule, pauses
         self.val_score: Callable[[list[str], list[str]], dict] | None = None  # (hyps, refs) -> val scores
@@ -858,8 +916,10 @@ class FineTuner(Translator):
             self.load_run_state(checkpoint["stage2_run"])
 
     def sample(self, batch: dict) -> tuple[Tensor, list[list[str]], Tensor]:
-        """``samples`` ancestral samples per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources.
+        """``samples`` candidates per source: labels ``[B·k, T]`` (-100 after EOS), texts, sources.
 
+        ``mrt_candidates="epsilon"``: epsilon samples (:func:`rerank.sample_ids`, seeded by the update);
+        ``"beam"``: the beam's ``samples``-best list; ``"ancestral"``: as follows.
         The generator samples in eval mode (no dropout), from the full softmax (temperature 1, no top-k).
         ``sampler="loop"`` (default): the encoder runs once over the ``B`` sources, its states are repeated
         for the ``k`` samples, and :func:`sample_sequences` decodes (one uniform number per row and step,
@@ -870,8 +930,31 @@ class FineTuner(Translator):
         k = self.samples
         self.model.eval()
         steps = int(batch["input_ids"].shape[1] * 1.5) + 10
+        if self.mrt_candidates not in MRT_CANDIDATES:
+            raise ValueError(f"mrt_candidates must be one of {MRT_CANDIDATES}, got {self.mrt_candidates!r}")
         with torch.no_grad():
-            if self.sampler == "generate":
+            if self.mrt_candidates == "epsilon":
+                from rerank import SamplingConfig, sample_ids
+
+                srcs = [[t for t in row if t != PAD] for row in batch["input_ids"].tolist()]
+                seed = 1_000_003 * self.row_seed + self.global_step
+                got = sample_ids(
+                    self.model,
+                    srcs,
+                    SamplingConfig(num_samples=k, epsilon=self.mrt_epsilon, precision="32", seed=seed, progress=False),
+                )
+                seqs = [q + [EOS] for qs in got.sequences for q in qs]
+                gen = torch.cat((torch.full((len(seqs), 1), BOS), pad(seqs)), dim=1).to(batch["input_ids"].device)
+            elif self.mrt_candidates == "beam":
+                gen = self.model.generate(
+                    input_ids=batch["input_ids"],
+                    attention_mask=batch["attention_mask"],
+                    do_sample=False,
+                    num_beams=k,
+                    num_return_sequences=k,
+                    max_new_tokens=steps,
+                )
+            elif self.sampler == "generate":
                 gen = self.model.generate(
                     input_ids=batch["input_ids"],
                     attention_mask=batch["attention_mask"],
@@ -896,6 +979,50 @@ class FineTuner(Translator):
         b = batch["input_ids"].shape[0]
         return labels, [texts[i * k : (i + 1) * k] for i in range(b)], batch["input_ids"].repeat_interleave(k, 0)
 
+    def distill_labels(self, batch: dict) -> dict:
+        """``mbr-distill``: the batch with the label of a ``distill_share`` of its rows that have an MBR-best
+        target replaced by that target (drawn per row from ``(row_seed, update)``)."""
+        assert self.mbr is not None, "mbr-distill needs MBR targets (mbr_data)"
+        gen = torch.Generator().manual_seed(1_000_003 * self.row_seed + self.global_step + 7)
+        draw = torch.rand(batch["input_ids"].shape[0], generator=gen)
+        rows, changed = [], 0
+        for r, (i, lab) in enumerate(zip(batch["index"].tolist(), batch["labels"].tolist())):
+            target = self.mbr.target.get(i)
+            if target is not None and float(draw[r]) < self.distill_share:
+                rows.append(target)
+                changed += 1
+            else:
+                rows.append([t for t in lab if t != -100])
+        self.log("train/distilled_rows", float(changed), batch_size=len(rows))
+        return {**batch, "labels": pad(rows, -100).to(batch["labels"].device)}
+
+    def preference_term(self, batch: dict):
+        """``mbr-dpo``: the preference loss over the batch's rows with an MBR pair, or None (no such row).
+
+        Chosen and rejected log-probabilities from one encoder pass and :func:`candidate_log_probs`, the whole
+        model without dropout (as the stored reference log-probabilities were made), gradients kept."""
+        assert self.mbr is not None and self.preference is not None, "mbr-dpo needs MBR pairs and a PreferenceLoss"
+        idx = [r for r, i in enumerate(batch["index"].tolist()) if i in self.mbr.rejected]
+        if not idx:
+            return None
+        keys = [int(batch["index"][r]) for r in idx]
+        dev = batch["input_ids"].device
+        chosen = [self.mbr.target[i] for i in keys]
+        rejected = [self.mbr.rejected[i] for i in keys]
+        with no_dropout(self.model):
+            sel = torch.tensor(idx, device=dev)
+            enc = self.model.get_encoder()(
+                input_ids=batch["input_ids"][sel], attention_mask=batch["attention_mask"][sel]
+            )
+            labels = pad(chosen + rejected, -100).to(dev)
+            sources = torch.arange(len(idx), device=dev).repeat(2)
+            lp = candidate_log_probs(self.model, enc.last_hidden_state, batch["attention_mask"][sel], sources, labels)
+        ref_c = torch.tensor([self.mbr.ref_chosen[i] for i in keys], device=dev)
+        ref_r = torch.tensor([self.mbr.ref_rejected[i] for i in keys], device=dev)
+        lengths = torch.tensor([len(c) for c in chosen], device=dev)
+        m = len(idx)
+        return self.preference(lp[:m], lp[m:], ref_c, ref_r, chosen_lengths=lengths)
+
     def semantic_subset(self, n: int) -> Tensor | None:
         """Sorted indices ``[semantic_rows]`` of the sources that get the semantic term this update, or None
         (all ``n``): a random subset from a generator seeded by ``row_seed`` and the update number."""
@@ -908,8 +1035,10 @@ class FineTuner(Translator):
         from bertscore_loss import sequence_log_probs
 
         n = batch["input_ids"].shape[0]
+        if self.arm == "mbr-distill":
+            batch = self.distill_labels(batch)
         ce, logits, encoded = ce_pass(self.model, batch, self.cfg.label_smoothing)
-        loss = ce
+        loss = self.ce_weight * ce
         rows = self.semantic_subset(n)
         if rows is not None:  # the semantic term on a subset of the sources (CE above saw them all)
             batch = {key: value[rows] for key, value in batch.items()}
@@ -920,7 +1049,7 @@ class FineTuner(Translator):
             words = (labels != -100) & (labels != EOS)
             # the sparse top-k path reads bf16 logits as they are (no [B, T, V] float32 copy); the dense one in fp32
             sem = self.semantic(logits if self.semantic.sparse_inputs(logits) else logits.float(), refs, words)
-            loss = ce + self.weight * sem.loss
+            loss = loss + self.weight * sem.loss
             self.log("train/bertscore_f", sem.f1.mean(), batch_size=n)
         elif self.arm == "mrt":
             labels, texts, src = self.sample(batch)
@@ -933,8 +1062,15 @@ class FineTuner(Translator):
                 out = self.model(input_ids=src, attention_mask=src != PAD, labels=labels)
                 lp = sequence_log_probs(out.logits, labels).view(n, self.samples)
             risk = self.risk(lp, texts, refs)
-            loss = ce + self.weight * risk.loss
+            loss = loss + self.weight * risk.loss
             self.log("train/risk", risk.loss, batch_size=n)
+        elif self.arm == "mbr-dpo":
+            pref = self.preference_term(batch)
+            if pref is not None:
+                loss = loss + self.weight * pref.loss
+                self.log("train/dpo", pref.dpo, batch_size=n)
+                self.log("train/reward_accuracy", pref.reward_accuracy, batch_size=n)
+                self.log("train/margin", pref.margins.mean(), batch_size=n)
         self.log("train/ce", ce, prog_bar=True, batch_size=n)
         self.log("train/loss", loss, batch_size=n)
         return loss

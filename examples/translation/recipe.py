@@ -14,6 +14,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -522,8 +523,24 @@ class Stage2Config:
     # The frozen scorer of the semantic arms: float32 (exact, as the reported F), bfloat16, or auto (bfloat16
     # where the CPU has native bf16, else float32); docs/translation.md "Where the time goes" says what it changes.
     scorer_dtype: str = "float32"
-    # mrt: dropout in the decoder pass over the samples (True, as in the CE pass); False skips it there (faster)
-    mrt_dropout: bool = True
+    # mrt: dropout in the decoder pass over the candidates. False (default): the candidates' log-probabilities in
+    # the mode they were drawn in (eval: no dropout), as the literature does; True: as in the CE pass (the
+    # published converged runs of docs/translation-converged set it)
+    mrt_dropout: bool = False
+    # mrt: how the candidates are drawn: "ancestral" (full softmax, temperature 1; the published runs),
+    # "epsilon" (epsilon sampling, mrt_epsilon) or "beam" (the beam's n-best list, Edunov et al. 2018)
+    mrt_candidates: str = "ancestral"
+    mrt_epsilon: float = 0.02
+    # bertscore arm: the Gumbel-softmax / softmax temperature on the logits (BERTTune: 0.1; 1.0 = none)
+    logit_temperature: float = 1.0
+    # the weight of the CE on the references (1: every published arm; BERTTune trains on -F alone: 0)
+    ce_weight: float = 1.0
+    # mbr-distill / mbr-dpo: a folder of MBR-ranked training data (rerank.build_mbr_data, e.g.
+    # examples/translation/mbr_data.py); the arms use the sources it holds (a partial build: the shards so far)
+    mbr_data: str | None = None
+    distill_share: float = 0.5  # mbr-distill: share of those rows whose label is the MBR-best target
+    beta: float = 0.1  # mbr-dpo: DPO's beta
+    nll_weight: float = 1.0  # mbr-dpo: weight of the NLL of the chosen side (DPO + NLL)
     # bertscore / mrt: the semantic term on this many sources of each update's batch (a random subset, seeded
     # by the seed and the update), the CE term on all; None: every source. The term is a mean over sources, so
     # the subset's is an unbiased estimate of the full batch's at a fraction of the cost (docs/translation.md).
@@ -555,13 +572,27 @@ def run_length(cfg: Stage2Config, per_epoch: int) -> tuple[int, dict | None]:
     return cfg.updates, None
 
 
+def data_seconds(sem: dict) -> float:
+    """Seconds the MBR data of an ``mbr-*`` run took to build, summed over the shards it had (its
+    ``timing.jsonl``: beam search, sampling, MBR and log-probabilities); 0 for other arms."""
+    folder = sem.get("config", {}).get("mbr_data")
+    if not str(sem.get("arm", "")).startswith("mbr-") or not folder:
+        return 0.0
+    log = resolve(folder) / "timing.jsonl"
+    if not log.is_file():
+        raise SystemExit(f"equal_time: {log} is missing: the data's cost is part of the arm's time")
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    return float(sum(sum(r["seconds"].values()) for r in {r["shard"]: r for r in rows}.values()))
+
+
 def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
     """Updates of a ``ce`` run that trains as long as the semantic run ``cfg.equal_time`` trained.
 
     ``time_ratio`` None: that run's ``train_seconds`` ÷ the ``seconds_per_update`` of the ``ce`` run of the
     same seed beside it (``<its folder>/../ce-seed<k>``); a number or a JSON of
     ``benchmarks/translation_arms.py`` (the ``ratio_to_ce`` of the arm timed with the run's arm and
-    ``COST_SETTINGS``): its updates × that ratio.
+    ``COST_SETTINGS``): its updates × that ratio. An ``mbr-*`` arm's one-off data generation
+    (:func:`data_seconds`) is added, in ce updates.
     """
     if cfg.arm != "ce":
         raise SystemExit(f"equal_time: only the ce arm (the control) gets another arm's training time, not {cfg.arm!r}")
@@ -589,6 +620,10 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
         ce_speed = json.loads(control.read_text())["seconds_per_update"]
         basis.update(ce_run=str(control.parent), ce_seconds_per_update=ce_speed)
         updates = round(sem["train_seconds"] / ce_speed)
+        data = data_seconds(sem)
+        if data:  # an mbr-* arm: its one-off data generation counts too (charged whole to this arm)
+            basis.update(data_seconds=data, data_updates=round(data / ce_speed))
+            updates += basis["data_updates"]
     else:
         if isinstance(ratio, str):
             bench = resolve(ratio)
@@ -608,6 +643,15 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
             raise SystemExit(f"time_ratio must be > 0, got {ratio}")
         basis["ratio"] = ratio
         updates = round(trained * ratio)
+        data = data_seconds(sem)
+        if data:  # an mbr-* arm's data generation, in updates of ce at the benchmark's ce speed
+            ce_speed = (timing.get("arms", {}).get("ce", {}) if isinstance(cfg.time_ratio, str) else {}).get(
+                "seconds_per_update"
+            )
+            if not ce_speed:
+                raise SystemExit("equal_time of an mbr-* arm needs the ce run beside it or a benchmark JSON with ce")
+            basis.update(data_seconds=data, data_updates=round(data / ce_speed))
+            updates += basis["data_updates"]
     basis["updates"] = max(1, updates)
     logger.info("equal time: %s", basis)
     return basis["updates"], basis
@@ -615,12 +659,18 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
 
 # The settings that change an arm's seconds per update (besides the arm): a benchmark arm times a run only if
 # they agree (an `mrt` run with `semantic_rows: 32` is not timed by the full-batch `mrt` arm).
-COST_SETTINGS = ("semantic_rows", "samples", "scorer_dtype", "mrt_dropout", "bridge_mode")
+COST_SETTINGS = ("semantic_rows", "samples", "scorer_dtype", "mrt_dropout", "bridge_mode", "mrt_candidates")
+
+
+# Defaults of cost settings when earlier records (benchmark JSON, run configs) were written without them.
+RECORDED_DEFAULTS = {"mrt_dropout": True, "mrt_candidates": "ancestral"}
 
 
 def cost_settings(arm: str, settings: dict) -> dict:
-    """``{"arm": arm, <COST_SETTINGS>: value}``, missing settings at ``Stage2Config``'s defaults."""
+    """``{"arm": arm, <COST_SETTINGS>: value}``, missing settings at their defaults when records lacked them
+    (``RECORDED_DEFAULTS``), else ``Stage2Config``'s."""
     defaults = {f.name: f.default for f in dataclasses.fields(Stage2Config) if f.name in COST_SETTINGS}
+    defaults.update(RECORDED_DEFAULTS)  # a record without the key was made when the default was this
     return {"arm": arm, **{k: settings.get(k, defaults[k]) for k in COST_SETTINGS}}
 
 
@@ -649,10 +699,12 @@ def benchmark_ratio(timing: dict, sem: dict, source: str) -> tuple[str, float]:
 
 
 def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
-    """The arm's semantic loss (``bertscore``) or risk (``mrt``); ``(None, None)`` for ``ce``."""
-    from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, VocabBridge
+    """The arm's semantic loss (``bertscore``), risk (``mrt``) or preference loss (``mbr-dpo``); Nones else."""
+    from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, PreferenceLoss, VocabBridge
 
     semantic = risk = None
+    if cfg.arm == "mbr-dpo":
+        return None, PreferenceLoss(beta=cfg.beta, nll_weight=cfg.nll_weight)
     if cfg.arm in ("bertscore", "mrt"):
         # bundled MiniLM, its default layer, fp32 by default: the same settings as the reported F
         scorer = BERTScorer(dtype=nmt.scorer_dtype(cfg.scorer_dtype))
@@ -665,10 +717,31 @@ def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
                 temperature=cfg.temperature,
                 top_k=cfg.top_k,
                 gumbel=cfg.gumbel,
+                logit_temperature=cfg.logit_temperature,
             )
         else:
             risk = MinimumRiskLoss(scorer=scorer, alpha=cfg.alpha)
     return semantic, risk
+
+
+def fine_tuner(
+    cfg: Stage2Config, model, sp, init: Path, train: nmt.PairData, val: nmt.PairData, precision: str
+) -> nmt.FineTuner:
+    """The arm's :class:`nmt.FineTuner` with its losses and settings (``stage2`` and the arms benchmark)."""
+    semantic, risk = arm_losses(cfg, init, sp)
+    preference = risk if cfg.arm == "mbr-dpo" else None
+    risk = None if cfg.arm == "mbr-dpo" else risk
+    module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
+    module.preference = preference
+    if cfg.arm.startswith("mbr-"):
+        module.mbr = nmt.MBRTargets.read(resolve(cfg.mbr_data), sp, cfg.max_len, train.src_text)
+        logger.info("%s: MBR data for %d of %d training sources", cfg.mbr_data, len(module.mbr.target), len(train))
+    module.mrt_candidates, module.mrt_epsilon = cfg.mrt_candidates, cfg.mrt_epsilon
+    module.ce_weight, module.distill_share = cfg.ce_weight, cfg.distill_share
+    module.log_prob_dropout = cfg.mrt_dropout
+    module.semantic_rows, module.row_seed = cfg.semantic_rows, cfg.seed
+    module.train_targets = train.tgt_text
+    return module
 
 
 def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> dict:
@@ -690,6 +763,20 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
         raise SystemExit("patience needs val_every (it counts validations)")
     if cfg.semantic_rows is not None and cfg.semantic_rows < 1:
         raise SystemExit(f"semantic_rows must be >= 1 sources (or null for all), got {cfg.semantic_rows}")
+    if cfg.mrt_candidates not in nmt.MRT_CANDIDATES:
+        raise SystemExit(f"mrt_candidates {cfg.mrt_candidates!r}: expected one of {', '.join(nmt.MRT_CANDIDATES)}")
+    if cfg.arm.startswith("mbr-") and not cfg.mbr_data:
+        raise SystemExit(f"arm {cfg.arm} needs mbr_data: a folder built by examples/translation/mbr_data.py")
+    if cfg.arm.startswith("mbr-") and not (resolve(cfg.mbr_data) / "manifest.json").exists():
+        raise SystemExit(f"mbr_data {cfg.mbr_data}: no MBR data there (build it with examples/translation/mbr_data.py)")
+    for name, top in (("distill_share", 1.0), ("ce_weight", math.inf), ("nll_weight", math.inf)):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and 0 <= value <= top):
+            raise SystemExit(f"{name} must be a finite number in [0, {top:g}], got {value}")
+    for name in ("beta", "logit_temperature", "mrt_epsilon"):
+        value = getattr(cfg, name)
+        if not (math.isfinite(value) and value > 0):
+            raise SystemExit(f"{name} must be a finite number > 0, got {value}")
     data, init = resolve(cfg.data), require_model(cfg.init, "init")
     run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
     sp = load_sp(init / "spm.model")
@@ -724,9 +811,7 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
     start = ckpt["global_step"] if ckpt else 0
     model, _ = load_model(init)
     val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
-    semantic, risk = arm_losses(cfg, init, sp)
-    module = nmt.FineTuner(model, sp, cfg.train, val, precision, cfg.arm, semantic, risk, cfg.weight, cfg.samples)
-    module.train_targets = train.tgt_text
+    module = fine_tuner(cfg, model, sp, init, train, val, precision)
     module.val_score = metrics.corpus_scores  # the reporting scorer: BLEU, chrF, BERTScore F, length ratio
     module.plan = nmt.RunPlan(
         updates=updates,
@@ -740,8 +825,6 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
         stop_at=cfg.stop_at,
         deadline=time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None,
     )
-    module.log_prob_dropout = cfg.mrt_dropout
-    module.semantic_rows, module.row_seed = cfg.semantic_rows, cfg.seed
     model.train()  # from_pretrained() returns eval mode (no dropout); FineTuner.on_train_start says so too
     if ckpt is not None and (start >= updates or ckpt.get("stage2_run", {}).get("stopped_early")):
         # Trained to its end before an interruption: the checkpoint holds everything the result needs.
@@ -1270,7 +1353,11 @@ def smoke_configs(out: Path, data: Path = SAMPLE) -> dict:
             model=tiny,
             train=nmt.TrainConfig(lr=5e-3, warmup=10, val_limit=8),
         ),
-        "stage2": {arm: dataclasses.replace(base, arm=arm) for arm in nmt.ARMS},
+        "stage2": {
+            arm: dataclasses.replace(base, arm=arm, mbr_data=str(out / "mbr-data") if arm.startswith("mbr-") else None)
+            for arm in nmt.ARMS
+        },
+        "mbr_data": (str(out / "mbr-data"), 40),  # the first 40 training sources, 4 samples and the beam-2 output
         "equal_time": dataclasses.replace(
             base,
             out=str(out / "equal-time" / "bertscore"),
@@ -1292,6 +1379,17 @@ def smoke_configs(out: Path, data: Path = SAMPLE) -> dict:
     }
 
 
+def smoke_mbr_data(cfg: Stage2Config, folder: str, limit: int) -> None:
+    """MBR-ranked data of the first ``limit`` training sources from the smoke's stage-1 model (4 samples)."""
+    from rerank.training_data import MBRDataConfig, build_mbr_data
+
+    init = resolve(cfg.init)
+    model, _ = load_model(init)
+    sources, _ = nmt.read_pairs(resolve(cfg.data), "train", limit=limit)
+    config = MBRDataConfig(num_samples=4, beams=2, shard_size=20, precision="32", seed=cfg.seed)
+    build_mbr_data(model, load_sp(init / "spm.model"), sources, resolve(folder), config, progress=False)
+
+
 def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False, overwrite: bool = False) -> dict:
     """All stages on the committed sample with a tiny model (about a minute on one thread): stage 1 with early
     stopping and averaging, stage 2 for every arm with periodic validation and the best-F rule, an equal-time
@@ -1303,6 +1401,7 @@ def smoke(out: str = "runs/multi30k/smoke", fresh: bool = False, overwrite: bool
     writable([root / "report.md"], overwrite)
     t0 = time.time()
     stage1(cfgs["stage1"], overwrite=overwrite)
+    smoke_mbr_data(cfgs["stage2"]["mbr-dpo"], *cfgs["mbr_data"])
     runs = {arm: stage2(cfg, overwrite=overwrite) for arm, cfg in cfgs["stage2"].items()}
     equal = stage2(cfgs["equal_time"], overwrite=overwrite)
     table = report(str(root / "stage2"), equal_time=str(root / "equal-time"))
