@@ -136,6 +136,9 @@ class ScorerConfig:
     progress: bool | None = None
     allow_download: bool = False
 
+    def __post_init__(self) -> None:
+        self.validate()  # checked where it is built: no instance holds an invalid setting
+
     def validate(self) -> ScorerConfig:
         """Check every field; returns ``self`` (errors name the field and the value)."""
         if self.layer is not None and (

@@ -17,7 +17,7 @@ from .cache import EmbeddingCache
 from .config import Measure, ScorerConfig, check_measure, check_number
 from .encoder import FrozenEncoder
 from .loading import warn
-from .matching import MaxMode, bertscore, f_score
+from .matching import MaxMode, bertscore, f_score, rescale
 from .registry import is_registered, private_copy
 from .scorer import BERTScorer, scorer_from
 from .token_distributions import Gumbel, TopK, expected_rows, expected_top_k, to_probs, top_k_probs
@@ -35,7 +35,8 @@ class LossConfig:
     on them; ``top_k``: renormalise over the k most probable tokens (avoids the ``V × d`` product);
     ``gumbel``: ``None``, ``"soft"`` or ``"hard"`` (straight-through) Gumbel-softmax; ``measure``:
     ``"f1"`` (F_beta with ``beta``; F1 at the default ``beta=1``), ``"precision"`` or ``"recall"``;
-    the loss is ``1 − measure``, reduced by ``reduction`` (``mean``, ``sum``, ``none``);
+    the loss is ``1 − measure``, reduced by ``reduction`` (``mean``, ``sum``, ``none``); with a rescaling
+    scorer P, R and F are rescaled as the scorer rescales them (the loss is then ``(1 − raw) / (1 − b)``);
     ``ref_cache_bytes``: the loss's own cache of reference embeddings (LRU, by text; 0 = off). It holds
     references only, so that a training set's references are encoded in the first epoch and reused after:
     Multi30k's 29,000 English references take 661 MB with the bundled MiniLM (an LRU smaller than the set
@@ -151,6 +152,8 @@ class BERTScoreLoss(nn.Module):
         loss_fields = {k: fields.pop(k) for k in list(fields) if k in _LOSS_FIELDS}
         self.loss_config = dataclasses.replace(loss or LossConfig(), **loss_fields)  # validated when built
         scorer = scorer_from(scorer, config, idf_corpus=idf_corpus, encoder=encoder, owner="BERTScoreLoss", **fields)
+        if scorer.baseline is not None and self.loss_config.beta != 1.0:
+            raise ValueError("beta != 1 with a rescaling scorer: the baseline has rows for P, R and F1 only")
         if scorer.config.idf and scorer.idf is None:
             raise ValueError(
                 "idf=True in the loss needs a fixed IDF corpus: pass idf_corpus=[...] (e.g. the training references)"
@@ -511,4 +514,8 @@ class BERTScoreLoss(nn.Module):
         p, r, f = bertscore(hidden, ref_emb, cand_mask, ref_mask, cand_w, ref_w, mode=mode, temperature=lc.temperature)
         if lc.beta != 1.0:
             f = f_score(p, r, lc.beta)
+        base = self.scorer.baseline
+        if base is not None:  # a rescaling scorer: the loss's P, R, F (and so 1 - measure) are rescaled too
+            base = base.to(device=p.device, dtype=p.dtype)
+            p, r, f = rescale(p, base[0]), rescale(r, base[1]), rescale(f, base[2])
         return p, r, f, {"f1": f, "precision": p, "recall": r}[lc.measure]

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from .config import check_number
 from .encoder import FrozenEncoder
 from .loss import BERTScoreLoss
 from .validation import references_are_text
@@ -59,6 +60,14 @@ class SearchConfig:
     batch_size: int = 512
     seed: int = 0
     progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "top_k"):  # top_k 0: every token is proposed
+            check_number(getattr(self, name), name, integer=True, at_least=0)
+        for name in ("proposals", "batch_size"):
+            check_number(getattr(self, name), name, integer=True, at_least=1)
+        check_number(self.patience, "patience", integer=True, at_least=1, allow_none=True)
+        check_number(self.seed, "seed", integer=True)
 
 
 class SearchResult(NamedTuple):
@@ -127,6 +136,19 @@ class LogitConfig:
     batch_size: int = 8
     seed: int = 0
     progress: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "restarts", "check_every", "batch_size"):
+            check_number(getattr(self, name), name, integer=True, at_least=1)
+        for name in ("lr", "eps", "temperature", "beta_start"):
+            check_number(getattr(self, name), name, positive=True)
+        for name in ("prior_scales", "gumbel_temperature"):
+            values = getattr(self, name)
+            if not isinstance(values, (tuple, list)) or not values:
+                raise ValueError(f"{name} must be a non-empty tuple of numbers, got {values!r}")
+            for v in values:
+                check_number(v, name, positive=True)
+        check_number(self.seed, "seed", integer=True)
 
 
 def optimise_logits(

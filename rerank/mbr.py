@@ -119,6 +119,8 @@ class Prune:
             raise ValueError(f"Prune.alpha must lie in (0, 1], got {self.alpha!r}")
         _positive_int(self.bootstraps, "Prune.bootstraps")
         _positive_int(self.max_texts, "Prune.max_texts")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"Prune.seed must be an int, got {self.seed!r}")
         if self.schedule is not None:
             if not self.schedule:
                 raise ValueError("Prune.schedule must hold at least one size (or be None)")

@@ -14,6 +14,7 @@ reference totals and BLEU's reference length averaged the same way).
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -48,6 +49,9 @@ class ChrFConfig:
     whitespace: bool = False
     eps_smoothing: bool = False
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> ChrFConfig:
         for name in ("char_order", "word_order", "beta"):
             v = getattr(self, name)
@@ -67,6 +71,9 @@ class BLEUConfig:
     effective_order: bool = True
     max_ngram_order: int = 4
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> BLEUConfig:
         if self.smooth_method not in ("exp", "floor", "add-k", "none"):
             raise ValueError(
@@ -75,6 +82,9 @@ class BLEUConfig:
         n = self.max_ngram_order
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"BLEU max_ngram_order must be a positive int, got {n!r}")
+        v = self.smooth_value
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0):
+            raise ValueError(f"BLEU smooth_value must be a finite number >= 0 or None, got {v!r}")
         return self
 
 

@@ -20,6 +20,7 @@ Shapes: ``R`` rows of a batch (sources × their samples), ``V`` vocabulary, ``L`
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -109,14 +110,16 @@ class SamplingConfig:
             raise ValueError(f"max_new_tokens must be a positive int or None, got {self.max_new_tokens!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0, got {self.top_k!r}")
-        if not self.temperature > 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature!r}")
+        if not (isinstance(self.temperature, (int, float)) and 0 < self.temperature < math.inf):
+            raise ValueError(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must lie in (0, 1], got {self.top_p!r}")
         if not 0.0 <= self.epsilon < 1.0:
             raise ValueError(f"epsilon must lie in [0, 1), got {self.epsilon!r}")
         if self.precision not in ("auto", "32", "bf16"):
             raise ValueError(f"precision must be 'auto', '32' or 'bf16', got {self.precision!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
 
 
 @dataclass

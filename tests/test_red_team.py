@@ -241,3 +241,43 @@ def test_signature_round_trips_odd_folder_names():
     for layer in ("-1", "\u0663", "+4", "4.0"):
         with pytest.raises(ValueError, match="layer must be a non-negative int"):
             Signature.parse(f"bertscore-loss:0.1.0|model:m|layer:{layer}")
+
+
+# --- every settings object checks its numbers where it is built ----------------------------------------------
+def _config_classes():
+    import bertscore_loss
+    import rerank
+    from bertscore_loss.search import LogitConfig, SearchConfig
+    from rerank.training_data import MBRDataConfig
+
+    return [
+        bertscore_loss.ScorerConfig,
+        bertscore_loss.LossConfig,
+        bertscore_loss.PreferenceConfig,
+        SearchConfig,
+        LogitConfig,
+        rerank.SamplingConfig,
+        MBRDataConfig,
+        rerank.ChrFConfig,
+        rerank.BLEUConfig,
+        rerank.Exact,
+        rerank.Aggregate,
+        rerank.AggregateExact,
+        rerank.Prune,
+    ]
+
+
+def test_every_config_refuses_non_finite_numbers_naming_the_field():
+    import dataclasses
+
+    checked = 0
+    for cls in _config_classes():
+        for f in dataclasses.fields(cls):
+            default = f.default
+            if isinstance(default, bool) or not isinstance(default, (int, float)):
+                continue
+            for bad in (math.nan, math.inf):
+                with pytest.raises(ValueError, match=f.name):
+                    cls(**{f.name: bad})
+            checked += 1
+    assert checked >= 30  # the numeric settings of all the classes above
