@@ -205,3 +205,26 @@ def minilm_encoders():
         return cache[layer]
 
     return get
+
+
+def tiny_bart(vocab_size: int, positions: int = 64, *, seed: int = 0, d_model: int = 16, layers: int = 1, **cfg):
+    """A tiny random BART encoder-decoder (pad 0, BOS/decoder start 1, EOS 2 unless given), eval mode."""
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    torch.manual_seed(seed)
+    settings = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1, **cfg}
+    config = BartConfig(
+        vocab_size=vocab_size,
+        d_model=d_model,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=2 * d_model,
+        decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=positions,
+        forced_bos_token_id=None,
+        forced_eos_token_id=None,
+        **settings,
+    )
+    return BartForConditionalGeneration(config).eval()

@@ -75,8 +75,16 @@ def test_loss_refuses_padded_reference_ids_and_takes_a_mask(tiny_bert_dir):
 # --- G3: loss settings checked when built; probabilities that are not distributions refused -------------
 @pytest.mark.parametrize(
     ("field", "value"),
-    [("temperature", math.nan), ("beta", math.nan), ("logit_temperature", math.inf), ("temperature", 0.0),
-     ("beta", -1.0), ("top_k", 0), ("top_k", 2.5), ("ref_cache_bytes", -1)],
+    [
+        ("temperature", math.nan),
+        ("beta", math.nan),
+        ("logit_temperature", math.inf),
+        ("temperature", 0.0),
+        ("beta", -1.0),
+        ("top_k", 0),
+        ("top_k", 2.5),
+        ("ref_cache_bytes", -1),
+    ],
 )
 def test_loss_config_rejects_bad_numbers(field, value, tiny_bert_dir):
     with pytest.raises(ValueError, match=f"{field} must be"):
@@ -209,14 +217,9 @@ def test_zero_width_completions_are_empty_in_rewards(tiny_bert_dir):
 
 # --- G14: bad sources and lengths for sampling are clear errors ------------------------------------------
 def test_sample_ids_checks_ids_and_lengths():
-    from transformers import BartConfig, BartForConditionalGeneration
+    from .conftest import tiny_bart
 
-    cfg = BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                     decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=24,
-                     pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1,
-                     forced_bos_token_id=None, forced_eos_token_id=None)
-    torch.manual_seed(0)
-    model = BartForConditionalGeneration(cfg).eval()
+    model = tiny_bart(40, 24)
     with pytest.raises(ValueError, match=r"sources\[1\] holds token id 40, outside the model's vocabulary"):
         sample_ids(model, [[5, 2], [40, 2]], SamplingConfig(num_samples=2))
     with pytest.raises(ValueError, match=r"sources\[0\] has 30 tokens, over the model's 24 positions"):

@@ -12,6 +12,8 @@ import torch
 from rerank import mbr
 from rerank.training_data import MBRDataConfig, build_mbr_data, pair_rows, read_mbr_data
 
+from .conftest import tiny_bart
+
 PAD, START, EOS = 0, 1, 2
 WORDS = ["a", "cat", "dog", "sat", "on", "the", "mat", "runs", "red", "big", "small", "house", "tree", "bird", "sings"]
 
@@ -29,28 +31,8 @@ class WordCodec:
 SOURCES = ["a cat sat", "the dog runs", "a big red house", "the bird sings", "small tree", "a mat"]
 
 
-def tiny_bart():
-    from transformers import BartConfig, BartForConditionalGeneration
-
-    torch.manual_seed(1)
-    cfg = BartConfig(
-        vocab_size=len(WORDS) + 3,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-        max_position_embeddings=24,
-        pad_token_id=PAD,
-        bos_token_id=START,
-        eos_token_id=EOS,
-        decoder_start_token_id=START,
-        forced_bos_token_id=None,
-        forced_eos_token_id=None,
-    )
-    m = BartForConditionalGeneration(cfg).eval()
+def tiny_bart_model():
+    m = tiny_bart(len(WORDS) + 3, 24, seed=1)
     with torch.no_grad():
         m.lm_head.weight.mul_(4.0)
         m.final_logits_bias[0, EOS] = 2.0
@@ -59,12 +41,12 @@ def tiny_bart():
 
 def load_tiny():
     """The distributed test's loader: the same tiny model and codec in every process."""
-    return tiny_bart(), WordCodec()
+    return tiny_bart_model(), WordCodec()
 
 
 @pytest.fixture(scope="module")
 def model():
-    return tiny_bart()
+    return tiny_bart_model()
 
 
 def overlap(hyps: list[str], refs: list[str]) -> torch.Tensor:

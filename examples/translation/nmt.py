@@ -610,17 +610,14 @@ def sample_sequences(
 
 
 @contextlib.contextmanager
-def decoder_dropout(model, on: bool) -> Iterator[None]:
-    """With ``on=False``: the decoder in eval mode (no dropout) and SDPA's math attention kernel (the fused
-    CPU kernel's backward is slow in bf16) for the duration; the model's modes are restored after."""
-    if on:
-        yield
-        return
+def no_dropout(module) -> Iterator[None]:
+    """``module`` in eval mode (no dropout: as reference log-probabilities and samples are made) with SDPA's
+    math attention kernel (the fused CPU kernel's backward is slow in bf16), gradients kept; the modules'
+    modes are restored after."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    decoder = model.get_decoder()
-    modes = {m: m.training for m in decoder.modules()}
-    decoder.eval()
+    modes = {m: m.training for m in module.modules()}
+    module.eval()
     try:
         with sdpa_kernel([SDPBackend.MATH]):
             yield
@@ -630,19 +627,13 @@ def decoder_dropout(model, on: bool) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def no_dropout(model) -> Iterator[None]:
-    """The whole model in eval mode (no dropout: as the reference log-probabilities and the samples were made)
-    and SDPA's math attention kernel, gradients kept; the modules' modes are restored after."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    modes = {m: m.training for m in model.modules()}
-    model.eval()
-    try:
-        with sdpa_kernel([SDPBackend.MATH]):
-            yield
-    finally:
-        for m, mode in modes.items():
-            m.training = mode
+def decoder_dropout(model, on: bool) -> Iterator[None]:
+    """With ``on=False``: the decoder without dropout (:func:`no_dropout`) for the duration; ``on``: as it is."""
+    if on:
+        yield
+        return
+    with no_dropout(model.get_decoder()):
+        yield
 
 
 @dataclass

@@ -539,6 +539,8 @@ class Stage2Config:
     # examples/translation/mbr_data.py); the arms use the sources it holds (a partial build: the shards so far)
     mbr_data: str | None = None
     distill_share: float = 0.5  # mbr-distill: share of those rows whose label is the MBR-best target
+    # the evaluation sets also scored by an independent judge (all-mpnet-base-v2, the accurate extra): judge_f
+    judge: bool = False
     beta: float = 0.1  # mbr-dpo: DPO's beta
     nll_weight: float = 1.0  # mbr-dpo: weight of the NLL of the chosen side (DPO + NLL)
     # bertscore / mrt: the semantic term on this many sources of each update's batch (a random subset, seeded
@@ -930,7 +932,7 @@ def translate_sets(
         hyps = nmt.translate(model, sp, src, beams=cfg.beams, precision=precision)
         seconds = time.time() - t0
         write(run / f"{split}.hyp.en", "\n".join(hyps) + "\n", overwrite)
-        out[split] = {**metrics.corpus_scores(hyps, refs), "decode_seconds": seconds}
+        out[split] = {**metrics.corpus_scores(hyps, refs, with_judge=cfg.judge), "decode_seconds": seconds}
         logger.info("%s %s: %s", name, split, out[split])
     dest = outputs_dir(cfg, run)
     for path in blind_sources(data, cfg.blind) if blind is None else blind:
