@@ -11,7 +11,7 @@ round, patience 15). Reports the argmax-decoded evaluation F after each stage, t
 ``--ablations`` also runs Adam from zero logits (no prior, same restarts), Adam with the prior and a
 single restart, and the search with gradient proposals only (no frequent-token pool, as HotFlip/GCG),
 without transpositions, and from a random start without Adam. Writes ``runs/free-logits.json`` (``--out
-docs/free-logits.json --overwrite`` replaces the published one). One thread.
+docs/results/free-logits/free-logits.json --overwrite`` replaces the published one). One thread.
 """
 
 from __future__ import annotations

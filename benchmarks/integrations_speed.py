@@ -10,7 +10,7 @@
     python benchmarks/integrations_speed.py                 # STS-B dev from ../shared/data, else examples/data
     python benchmarks/integrations_speed.py --quick         # small sizes
 
-Writes ``runs/integrations-speed.json`` (``--out docs/integrations-speed.json --overwrite`` replaces the
+Writes ``runs/integrations-speed.json`` (``--out docs/results/speed/integrations-speed.json --overwrite`` replaces the
 published one). All runs use the bundled MiniLM at layer 4 in float32.
 """
 

@@ -15,7 +15,7 @@ Prints pairs/s, the ratio to ``bert-score``, the percentage of the floor of the 
 |dF| (|dP|, |dR|) from ``bert-score``, and the mean over language pairs of the Pearson correlation of F
 with the human scores; writes ``<out>/performance-harness-<cpu>.json`` and ``.md``, ``<cpu>`` the CPU's bf16
 kind (``amx``, ``avx512bf16`` or ``nobf16``: the figures depend on it), ``<out>`` = ``runs/perf-harness``
-unless ``--out`` says otherwise (``--out docs`` publishes).
+unless ``--out`` says otherwise (``--out docs/results/speed`` publishes).
 
     python benchmarks/perf_harness.py                         # the full run (about 15 minutes)
     python benchmarks/perf_harness.py --limit 300             # quick check
@@ -61,7 +61,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--out",
         type=Path,
         default=None,
-        help="folder for the JSON and markdown files (default: runs/perf-harness; --out docs publishes)",
+        help="folder for the JSON and markdown files (default: runs/perf-harness; --out docs/results/speed publishes)",
     )
     add_overwrite_argument(ap)
     args = ap.parse_args(argv)

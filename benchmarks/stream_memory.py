@@ -6,7 +6,7 @@ its scores written to a file; the peak resident set size (RSS) and the wall time
 Streaming keeps memory bounded by ``--chunk-size``, so the peak should not grow with the number of pairs.
 
     python benchmarks/stream_memory.py                          # 100k and 1M pairs, layer 0 (about 12 min)
-    python benchmarks/stream_memory.py --json docs/performance-stream-<cpu>.json   # publish (a new file)
+    python benchmarks/stream_memory.py --json docs/results/speed/performance-stream-<cpu>.json   # publish (a new file)
     python benchmarks/stream_memory.py --sizes 20000 --layer 1  # quick check
 """
 

@@ -1,4 +1,4 @@
-"""Generate ``docs/quality.md``: the bundled model against human judgments, beside sentence BLEU and chrF.
+"""Generate ``quality.md``: the bundled model against human judgments, beside sentence BLEU and chrF.
 
 One run, one encoder pass (all layers of the bundled all-MiniLM-L6-v2 over every WMT16 DAseg and STS-B
 dev sentence); then, for P, R and F with and without IDF:
@@ -12,10 +12,12 @@ dev sentence); then, for P, R and F with and without IDF:
 
     python scripts/quality_report.py                  # writes runs/quality/quality.md and quality-layers.png
     python scripts/quality_report.py --limit 20       # quick check (20 pairs per group), also under runs/quality
-    python scripts/quality_report.py --out docs --overwrite  # only when asked: replaces the published docs/quality.md
+    # only when asked: replaces the published docs/results/layer-tuning/quality.md
+    python scripts/quality_report.py --out docs/results/layer-tuning --overwrite
 
 Files are written by the one write rule (``bertscore_loss.outputs``): atomically, nothing into docs/ unless
-``--out`` says so, and never over a file git tracks (the published docs/quality.md) without ``--overwrite``.
+``--out`` says so, and never over a file git tracks (the published docs/results/layer-tuning/quality.md)
+without ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="folder for quality.md and quality-layers.png (default: runs/quality; docs/ only when given)",
     )
-    add_overwrite_argument(ap)  # the published docs/quality.md is tracked: --out docs needs it
+    add_overwrite_argument(ap)  # the published docs/results/layer-tuning/quality.md is tracked: replacing it needs it
     ap.add_argument("--limit", type=int, default=None, help="first N pairs per WMT16 language pair and of STS-B")
     ap.add_argument("--layer", type=int, default=BUNDLED_LAYER, help="layer of the main table (default: preset)")
     ap.add_argument("--device", default="cpu")

@@ -253,11 +253,13 @@ def test_a_corrupt_checkpoint_is_one_line(recipe, tiny_model, tmp_path):
 
 
 def documented_commands() -> list[list[str]]:
-    """Every ``recipe.py`` command of docs/translation.md's bash blocks and of the configs' comments, the
+    """Every ``recipe.py`` command of the Multi30k record's bash blocks and of the configs' comments, the
     block's assignments and loop variables (their first value) filled."""
     import shlex
 
-    texts = re.findall(r"```bash\n(.*?)```", (ROOT / "docs" / "translation.md").read_text(encoding="utf-8"), re.S)
+    texts = re.findall(
+        r"```bash\n(.*?)```", (ROOT / "docs/results/finetuning-multi30k/record.md").read_text("utf-8"), re.S
+    )
     texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "configs" / "translation").glob("*.yaml"))]
     commands = []
     for text in texts:

@@ -4,7 +4,8 @@
     python examples/translation/recipe.py stage2 --config configs/translation/stage2.yaml --arm mrt --seed 0
     python examples/translation/recipe.py stage3 --config configs/translation/stage3.yaml
 
-See docs/translation.md for the figures each stage produced and what every option means.
+See docs/multi30k.md (the record: docs/results/finetuning-multi30k/record.md) for the figures each stage
+produced and what every option means.
 """
 
 from __future__ import annotations
@@ -341,7 +342,7 @@ def model_hint(path: str) -> str:
     p = Path(path)
     if p.as_posix().rstrip("/").endswith("models/multi30k-de-en"):
         return (
-            "it is the committed converged base (see docs/translation.md); to train it yourself run "
+            "it is the committed converged base (see docs/multi30k.md); to train it yourself run "
             f"`{stage1_command('converged')}` and pass --set init=runs/multi30k/converged/stage1/model"
         )
     match = re.fullmatch(r"(ce|bertscore|mrt)-seed(\d+)", p.parent.name) if p.name == "model" else None
@@ -521,11 +522,12 @@ class Stage2Config:
     beams: int = 5
     train: nmt.TrainConfig = field(default_factory=lambda: nmt.TrainConfig(lr=1e-4, warmup=50))
     # The frozen scorer of the semantic arms: float32 (exact, as the reported F), bfloat16, or auto (bfloat16
-    # where the CPU has native bf16, else float32); docs/translation.md "Where the time goes" says what it changes.
+    # where the CPU has native bf16, else float32); "Where the time goes" in
+    # docs/results/finetuning-multi30k/record.md says what it changes.
     scorer_dtype: str = "float32"
     # mrt: dropout in the decoder pass over the candidates. False (default): the candidates' log-probabilities in
     # the mode they were drawn in (eval: no dropout), as the literature does; True: as in the CE pass (the
-    # published converged runs of docs/translation-converged set it)
+    # published converged runs of docs/results/finetuning-multi30k/converged set it)
     mrt_dropout: bool = False
     # mrt: how the candidates are drawn: "ancestral" (full softmax, temperature 1; the published runs),
     # "epsilon" (epsilon sampling, mrt_epsilon) or "beam" (the beam's n-best list, Edunov et al. 2018)
@@ -545,7 +547,8 @@ class Stage2Config:
     nll_weight: float = 1.0  # mbr-dpo: weight of the NLL of the chosen side (DPO + NLL)
     # bertscore / mrt: the semantic term on this many sources of each update's batch (a random subset, seeded
     # by the seed and the update), the CE term on all; None: every source. The term is a mean over sources, so
-    # the subset's is an unbiased estimate of the full batch's at a fraction of the cost (docs/translation.md).
+    # the subset's is an unbiased estimate of the full batch's at a fraction of the cost
+    # (docs/results/finetuning-multi30k/record.md).
     semantic_rows: int | None = None
 
 
