@@ -56,6 +56,9 @@ def test_export_sweep_and_blind_outputs(tmp_path):
     lists = json.loads((run / "lists" / "val" / "eps4.json").read_text())
     assert len(lists["texts"]) == 3 and all(len(x) == 4 for x in lists["texts"])
     assert len(lists["scores"]) == 3 and lists["precision"] == "32-true"
+    for row in result["rows"]:  # sentence F for bootstrap intervals (scripts/figures.py): their mean is the F
+        assert len(row["bertscore_f_sentences"]) == 3
+        assert sum(row["bertscore_f_sentences"]) / 3 == pytest.approx(row["bertscore_f"], abs=1e-3)
     for row in result["rows"][1:]:
         assert 0 <= row["chrf"] <= 100 and row["evaluations_per_sentence"] > 0 and row["rerank_s"] >= 0
         if row["method"] != "exact":

@@ -230,7 +230,11 @@ def sweep(args: argparse.Namespace) -> dict:
     lists = decode_lists(model, sp, sources, args.sizes, lists_dir, args)
     beam = lists["beam5"]["texts"]
     base = metrics.corpus_scores(beam, refs)
-    rows = [{"decoder": "beam5-top1", "n": 1, **base, "sampling_s": lists["beam5"]["seconds"] / len(beam)}]
+    sentences = metrics.sentence_bertscore(beam, refs).round(4).tolist()  # for bootstrap intervals of the gains
+    rows = [
+        {"decoder": "beam5-top1", "n": 1, **base, "bertscore_f_sentences": sentences}
+        | {"sampling_s": lists["beam5"]["seconds"] / len(beam)}
+    ]
     oracle: dict[str, float] = {}
     utils = utilities(args.utilities, args.bertscore_dtype)
     for n in args.sizes:
@@ -251,6 +255,7 @@ def sweep(args: argparse.Namespace) -> dict:
                     "utility": uname,
                     "method": mname,
                     **scores,
+                    "bertscore_f_sentences": metrics.sentence_bertscore(hyps, refs).round(4).tolist(),
                     "evaluations_per_sentence": sum(x.evaluations for x in r["results"]) / len(hyps),
                     "sampling_s": entry["seconds"] / len(hyps),
                     "rerank_s": r["seconds"] / len(hyps),
