@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from .config import max_elements_for
 from .encoder import FrozenEncoder
-from .loading import ModelNotFoundError, bundled_model_path, config_layers, warn
+from .loading import ModelNotFoundError, config_layers, resolve_model_path, warn
 from .matching import normalize
 from .packed import PackedEmbeddings
 from .pipeline import ScoringPlan
@@ -39,7 +39,7 @@ def load_full_encoder(
     """``FrozenEncoder`` of ``model`` (None = bundled MiniLM) keeping all its layers."""
     from transformers import AutoConfig
 
-    path = bundled_model_path() if model is None else str(model)
+    path = resolve_model_path(model)  # None: the bundled MiniLM; "mpnet": the assembled accurate encoder
     kwargs = {} if model is None or os.path.isdir(path) or allow_download else {"local_files_only": True}
     try:
         config = AutoConfig.from_pretrained(path, **kwargs)

