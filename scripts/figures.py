@@ -103,7 +103,10 @@ def fig_mbr_gain(results: Path):
                 "mbr-multi30k/converged/large100-n1024-sweep.json",
             ],
         ),
-        ("val, converged base, 200 sources", ["mbr-multi30k/converged/val200-sweep.json"]),
+        (
+            "val, converged base, 200 sources",
+            ["mbr-multi30k/converged/val200-sweep.json", "mbr-multi30k/converged/val200-intervals-sweep.json"],
+        ),
         (
             "test_2016_flickr, early checkpoint\n8 sources (float32 and bf16 encoder)",
             ["mbr-multi30k/validation/n512-1024-fp32.json"],
@@ -158,7 +161,7 @@ def fig_mbr_gain(results: Path):
     axes[0].set_ylabel("BERTScore F gain over beam 5 (×100)")
     axes[0].legend(fontsize=8, loc="lower right")
     note = (
-        "bars: 95 % paired bootstrap intervals over sentences"
+        "bars: 95 % paired bootstrap intervals over sentences, where a sweep stores sentence scores"
         if intervals_drawn
         else ("points are corpus means; these sweeps store no sentence-level scores, so no bootstrap interval is drawn")
     )

@@ -280,7 +280,7 @@ def sweep(args: argparse.Namespace) -> dict:
                 rows.append(row)
                 logger.info("%s: %s", row["decoder"], {k: v for k, v in row.items() if k != "decoder"})
     result = {
-        "model": str(resolve(args.model)),
+        "model": str(args.model),  # as given (repository-relative by default): no machine path in results
         "split": args.split,
         "sources": len(sources),
         "epsilon": args.epsilon,
