@@ -228,3 +228,21 @@ def tiny_bart(vocab_size: int, positions: int = 64, *, seed: int = 0, d_model: i
         **settings,
     )
     return BartForConditionalGeneration(config).eval()
+
+
+def tiny_causal_lm(tokenizer, positions: int = 128, *, seed: int = 0):
+    """A tiny random GPT-2 over ``tokenizer``'s vocabulary and special ids (TRL trainer tests)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        n_positions=positions,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPT2LMHeadModel(config)

@@ -150,22 +150,12 @@ def test_grpo_trainer_two_steps_with_both_rewards(tmp_path, tiny_roberta_dir, ti
     """A real GRPOTrainer run (2 steps, tiny random causal LM) with the reference and the MBR rewards."""
     trl = pytest.importorskip("trl")
     from datasets import Dataset
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    from transformers import AutoTokenizer
+
+    from .conftest import tiny_causal_lm
 
     tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=len(tok),
-            n_embd=16,
-            n_layer=1,
-            n_head=2,
-            n_positions=512,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
-    )
+    model = tiny_causal_lm(tok, 512)
     ds = Dataset.from_dict({"prompt": [" ".join(c.split()[:6]) for c in CANDS[:4]], "reference": REFS[:4]})
     scorer = fresh_scorer(tiny_bert_dir)
     reward = BERTScoreReward("reference", scorer)

@@ -293,22 +293,12 @@ def trl_case(tmp_path_factory, tiny_roberta_dir):
     """A tiny random GPT-2, TRL's collated batch of 4 preference pairs, and a factory of DPOTrainers."""
     trl = pytest.importorskip("trl")
     from datasets import Dataset
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    from transformers import AutoTokenizer
+
+    from .conftest import tiny_causal_lm
 
     tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(
-        GPT2Config(
-            vocab_size=len(tok),
-            n_embd=16,
-            n_layer=1,
-            n_head=2,
-            n_positions=128,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
-    ).eval()
+    model = tiny_causal_lm(tok, 128).eval()
     pairs = {
         "prompt": ["A man on a", "Two dogs", "A woman", "Children"],
         "chosen": [" bike rides down a hill.", " run.", " is reading a book in the park.", " play football."],

@@ -12,7 +12,7 @@ import torch
 from rerank import mbr
 from rerank.training_data import MBRDataConfig, build_mbr_data, pair_rows, read_mbr_data
 
-from .conftest import tiny_bart
+from .conftest import tiny_bart, tiny_causal_lm
 
 PAD, START, EOS = 0, 1, 2
 WORDS = ["a", "cat", "dog", "sat", "on", "the", "mat", "runs", "red", "big", "small", "house", "tree", "bird", "sings"]
@@ -184,7 +184,7 @@ def test_trl_dpo_trainer_reads_the_files_unchanged(model, tmp_path, tiny_roberta
     """Two DPOTrainer steps on a tiny causal LM over the built JSONL (datasets.load_dataset("json"))."""
     datasets = pytest.importorskip("datasets")
     trl = pytest.importorskip("trl")
-    from transformers import AutoTokenizer, GPT2Config, GPT2LMHeadModel
+    from transformers import AutoTokenizer
 
     build(model, tmp_path / "d")
     files = sorted(str(p) for p in (tmp_path / "d").glob("shard-*.jsonl"))
@@ -192,18 +192,7 @@ def test_trl_dpo_trainer_reads_the_files_unchanged(model, tmp_path, tiny_roberta
     data = data.filter(lambda r: r["rejected"] is not None).select_columns(["prompt", "chosen", "rejected"])
     assert len(data) >= 2
     tok = AutoTokenizer.from_pretrained(tiny_roberta_dir)  # a tokenizer with EOS, as TRL needs
-    torch.manual_seed(0)
-    cfg = GPT2Config(
-        vocab_size=len(tok),
-        n_embd=16,
-        n_layer=1,
-        n_head=2,
-        n_positions=64,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-    )
-    lm = GPT2LMHeadModel(cfg)
+    lm = tiny_causal_lm(tok, 64)
     args = trl.DPOConfig(
         output_dir=str(tmp_path / "dpo"),
         per_device_train_batch_size=2,
