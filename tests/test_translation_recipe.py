@@ -817,6 +817,30 @@ def test_report_of_published_results_without_translations(recipe, tmp_path: Path
 
 
 @pytest.mark.slow
+def test_report_adds_the_judge_when_every_run_was_judged(recipe, tmp_path: Path) -> None:
+    """Runs scored by the independent judge get its F (mean ± std) and its paired-bootstrap p as a fourth p."""
+    nmt = recipe.nmt
+    refs = nmt.read_pairs(SAMPLE, "val")[1]
+    hyps = {"ce": refs[:-2] + ["a dog .", "a cat ."], "mbr-dpo": refs[:-1] + ["a dog ."]}
+    for arm, judge in [("ce", 90.0), ("mbr-dpo", 91.5)]:
+        run = tmp_path / f"{arm}-seed0"
+        run.mkdir()
+        scores = {"bleu": 40.0, "chrf": 60.0, "bertscore_f": 88.0, "length_ratio": 1.0, "judge_f": judge}
+        result = {"arm": arm, "seed": 0, "eval": {"val": scores}, "seconds_per_update": 2.0}
+        result["config"] = {"data": str(SAMPLE), "eval_limit": None}
+        (run / "result.json").write_text(json.dumps(result))
+        (run / "val.hyp.en").write_text("".join(line + "\n" for line in hyps[arm]))
+    rows = recipe.report(str(tmp_path), "val", training=False).splitlines()
+    assert "| judge F (mpnet) | p (BLEU / chrF / BERTScore / judge) vs ce per seed |" in rows[2]
+    assert rows[3].count("---") == 9
+    assert rows[5].startswith(
+        "| mbr-dpo | 0 | 40.00 ± 0.00 | 60.00 ± 0.00 | 88.00 ± 0.00 | 1.000 ± 0.000 | 91.50 ± 0.00 |"
+    )
+    p = recipe.metrics.paired_bootstrap(hyps["ce"], hyps["mbr-dpo"], refs, with_judge=True)
+    assert f"s0: {p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f} / {p['judge_p']:.3f}" in rows[5]
+
+
+@pytest.mark.slow
 def test_arms_benchmark_records_what_times_a_run(recipe, tiny_model, tmp_path):
     """benchmarks/translation_arms.py writes each arm's cost settings; an equal-time control reads the ratio
     of the arm timed with its semantic run's settings."""

@@ -1160,8 +1160,9 @@ def mean_sd(vals: list[float], digits: int = 2) -> str:
     return f"{statistics.mean(vals):.{digits}f} ± {sd:.{digits}f}"
 
 
-def p_values(base: Path, system: Path, split: str, refs: list[str]) -> str:
-    """Paired bootstrap p of ``system``'s ``split`` translations against ``base``'s (BLEU / chrF / BERTScore F).
+def p_values(base: Path, system: Path, split: str, refs: list[str], judge: bool = False) -> str:
+    """Paired bootstrap p of ``system``'s ``split`` translations against ``base``'s (BLEU / chrF / BERTScore F,
+    and with ``judge`` the independent judge's F).
 
     A run folder published without its translations (only ``result.json``) gets ``no translations (<run>)``."""
     missing = [run.name for run in (base, system) if not (run / f"{split}.hyp.en").is_file()]
@@ -1170,8 +1171,8 @@ def p_values(base: Path, system: Path, split: str, refs: list[str]) -> str:
     a, b = nmt.read_lines(base / f"{split}.hyp.en"), nmt.read_lines(system / f"{split}.hyp.en")
     if a == b:
         return "same translations"  # the bootstrap's smoothed p (1/1001) would read as significant
-    p = metrics.paired_bootstrap(a, b, refs)
-    return f"{p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f}"
+    p = metrics.paired_bootstrap(a, b, refs, with_judge=judge)
+    return " / ".join(f"{p[k]:.3f}" for k in ("bleu_p", "chrf_p", "bertscore_p", "judge_p") if k in p)
 
 
 def references(runs: dict, split: str) -> list[str]:
@@ -1180,15 +1181,19 @@ def references(runs: dict, split: str) -> list[str]:
 
 
 def scores_table(runs: dict, split: str) -> list[str]:
-    """Mean ± std over seeds per arm, paired bootstrap p vs the ce run of each seed, s/update (× ce)."""
+    """Mean ± std over seeds per arm, paired bootstrap p vs the ce run of each seed, s/update (× ce). When every
+    run scored ``split`` with the independent judge (``judge_f``), its F and p are columns too."""
     import statistics
 
     refs = references(runs, split)
     base_speed = statistics.mean([r["seconds_per_update"] for (a, _), (r, _) in runs.items() if a == "ce"] or [0])
+    judge = all("judge_f" in r["eval"][split] for r, _ in runs.values() if split in r["eval"])
+    keys = ("bleu", "chrf", "bertscore_f", "length_ratio") + (("judge_f",) if judge else ())
     lines = [
-        "| arm | seeds | BLEU | chrF | BERTScore F | length ratio | p (BLEU / chrF / BERTScore) vs ce per seed "
-        "| s/update (× ce) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| arm | seeds | BLEU | chrF | BERTScore F | length ratio | "
+        + ("judge F (mpnet) | p (BLEU / chrF / BERTScore / judge)" if judge else "p (BLEU / chrF / BERTScore)")
+        + " vs ce per seed | s/update (× ce) |",
+        "| --- " * (9 if judge else 8) + "|",
     ]
     for arm in nmt.ARMS:
         seeds = sorted(s for a, s in runs if a == arm and split in runs[(a, s)][0]["eval"])
@@ -1196,18 +1201,19 @@ def scores_table(runs: dict, split: str) -> list[str]:
             continue
         cols = {
             key: mean_sd([runs[(arm, s)][0]["eval"][split][key] for s in seeds], 3 if key == "length_ratio" else 2)
-            for key in ("bleu", "chrf", "bertscore_f", "length_ratio")
+            for key in keys
         }
         pvals = [
-            f"s{s}: {p_values(runs[('ce', s)][1], runs[(arm, s)][1], split, refs)}"
+            f"s{s}: {p_values(runs[('ce', s)][1], runs[(arm, s)][1], split, refs, judge)}"
             for s in seeds
             if arm != "ce" and ("ce", s) in runs and split in runs[("ce", s)][0]["eval"]
         ]
         speed = statistics.mean([runs[(arm, s)][0]["seconds_per_update"] for s in seeds])
         ratio = f"{speed:.2f} ({speed / base_speed:.1f}×)" if base_speed else f"{speed:.2f}"
         lines.append(
-            f"| {arm} | {','.join(map(str, seeds))} | {cols['bleu']} | {cols['chrf']} | {cols['bertscore_f']} "
-            f"| {cols['length_ratio']} | {'; '.join(pvals) or '—'} | {ratio} |"
+            f"| {arm} | {','.join(map(str, seeds))} | "
+            + " | ".join(cols[k] for k in keys)
+            + f" | {'; '.join(pvals) or '—'} | {ratio} |"
         )
     return lines
 
