@@ -924,6 +924,34 @@ def test_mbr_targets_are_the_built_rows(recipe, tiny_model, mbr_module):
         recipe.nmt.MBRTargets.read(folder, sp, 100, ["another corpus"] * 40)
 
 
+def test_mbr_data_summary_counts_what_the_folder_holds(recipe, mbr_module, tmp_path):
+    """``mbr_data.py --summary``: sources, pairs, the MBR-best ≠ beam share and mean utilities from the rows,
+    each shard's SHA-256, and the cost of the shards present only (a copy of some shards counts those)."""
+    import hashlib
+    import shutil
+
+    from rerank.training_data import read_mbr_data
+
+    folder = mbr_module[0]
+    part = tmp_path / "part"
+    part.mkdir()
+    for name in ("manifest.json", "timing.jsonl", "shard-00001.jsonl"):
+        shutil.copy(folder / name, part / name)
+    mbr_data = _load("mbr_data")
+    mbr_data.main(["--out", str(part), "--summary", str(tmp_path / "s.json")])
+    got = json.loads((tmp_path / "s.json").read_text())
+    rows = [r for r in read_mbr_data(folder) if r["index"] >= 6]
+    timing = [json.loads(t) for t in (folder / "timing.jsonl").read_text().splitlines() if t]
+    cost = [t for t in timing if t["shard"] == 1][-1]["seconds"]
+    assert got["sources"] == 6 and got["pairs"] == sum(r["rejected"] is not None for r in rows)
+    assert got["mbr_best_is_not_beam"] == pytest.approx(sum(r["chosen"] != r["beam"] for r in rows) / 6)
+    assert got["mean_utility"]["chosen"] == pytest.approx(sum(r["chosen_score"] for r in rows) / 6)
+    assert got["shards"] == {
+        "shard-00001.jsonl": hashlib.sha256((folder / "shard-00001.jsonl").read_bytes()).hexdigest()
+    }
+    assert got["seconds"] == pytest.approx(cost) and got["cpu_hours"] == pytest.approx(sum(cost.values()) / 3600)
+
+
 def test_mbr_distill_labels_are_mbr_targets_for_the_drawn_rows(recipe, tiny_model, mbr_module):
     module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mbr-distill", distill_share=1.0)
     batch = train.collate(list(range(8, 16)))  # sources 8-11 have MBR data, 12-15 do not

@@ -7,8 +7,11 @@
     python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --rank 0 --world-size 2 &
     python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --rank 1 --world-size 2
 
-A stopped run resumes where it stopped (at most one shard of work is lost). ``<out>/record.json`` records the
-machine (CPU model and bf16 flags), the settings and the seconds per stage over all shards built so far.
+A stopped run resumes where it stopped (at most one shard of work is lost). ``<out>/record-rank<k>.json`` records
+the machine (CPU model and bf16 flags), the settings and the seconds per stage over all shards built so far.
+
+    # what a built folder holds (shards, sources, SHA-256 of each shard, cost, how often MBR-best is not the beam)
+    python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --summary docs/.../data.json
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import logging
 import sys
 from pathlib import Path
 
-from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
+from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_json, write_text
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -47,13 +50,64 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--summary", default=None, help="write a summary of the folder --out to this JSON (no building)")
     add_overwrite_argument(p)
     return p
+
+
+def summarise(folder: Path) -> dict:
+    """A built folder's manifest, its shards (with SHA-256), sources, cost by stage and what the ranking chose:
+    the share of sources whose MBR-best is not the beam output and the mean utility of chosen, beam, rejected."""
+    import hashlib
+    import statistics
+
+    import nmt
+
+    from rerank.training_data import read_mbr_data
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    model = Path(manifest.get("model", ""))
+    if model.is_absolute() and model.is_relative_to(ROOT):
+        manifest["model"] = str(model.relative_to(ROOT))  # no machine path in a published summary
+    records = {p.stem: json.loads(p.read_text()).get("cpu") for p in sorted(folder.glob("record-rank*.json"))}
+    shards = sorted(folder.glob("shard-*.jsonl"))
+    rows = read_mbr_data(folder, complete=False)
+    timing = {t["shard"]: t for t in map(json.loads, (folder / "timing.jsonl").read_text().splitlines()) if t}
+    built = [int(p.stem.split("-")[1]) for p in shards]
+    seconds: dict[str, float] = {}
+    for k in built:
+        for stage, v in timing[k]["seconds"].items():
+            seconds[stage] = seconds.get(stage, 0.0) + v
+    n = len(rows)
+    return {
+        "cpu_of_build": records or None,  # from record-rank<k>.json, written when a process finishes its shards
+        "cpu_of_summary": nmt.cpu_label(),
+        "manifest": manifest,
+        "shards": {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in shards},
+        "sources": n,
+        "pairs": sum(r["rejected"] is not None for r in rows),
+        "mbr_best_is_not_beam": sum(r["chosen"] != r["beam"] for r in rows) / n,
+        "mean_utility": {
+            key: statistics.mean(r[f"{key}_score"] for r in rows if r[f"{key}_score"] is not None)
+            for key in ("chosen", "beam", "rejected")
+        },
+        "seconds": seconds,
+        "seconds_per_source": {k: v / n for k, v in seconds.items()},
+        "samples_per_second": n * manifest["config"]["num_samples"] / seconds["sampling"],
+        "cpu_hours": sum(seconds.values()) / 3600,  # one thread per process
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.summary:
+        if not args.out:
+            parser.error("--summary needs --out: the built folder to summarise")
+        folder = ROOT / args.out if not Path(args.out).is_absolute() else Path(args.out)
+        summary = summarise(folder)
+        write_json(Path(args.summary), summary, overwrite=args.overwrite, allow_docs=True, flag="--summary")
+        return
     rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
     args.out = args.out or "runs/mbr-data/train-eps64"
     record_path = (
