@@ -946,6 +946,7 @@ def test_mbr_data_summary_counts_what_the_folder_holds(recipe, mbr_module, tmp_p
     assert got["sources"] == 6 and got["pairs"] == sum(r["rejected"] is not None for r in rows)
     assert got["mbr_best_is_not_beam"] == pytest.approx(sum(r["chosen"] != r["beam"] for r in rows) / 6)
     assert got["mean_utility"]["chosen"] == pytest.approx(sum(r["chosen_score"] for r in rows) / 6)
+    assert got["words"]["beam"] == sum(len(r["beam"].split()) for r in rows)
     assert got["shards"] == {
         "shard-00001.jsonl": hashlib.sha256((folder / "shard-00001.jsonl").read_bytes()).hexdigest()
     }

@@ -91,6 +91,8 @@ def summarise(folder: Path) -> dict:
             key: statistics.mean(r[f"{key}_score"] for r in rows if r[f"{key}_score"] is not None)
             for key in ("chosen", "beam", "rejected")
         },
+        # whitespace words of each side over all rows: MBR-best shorter than the beam output is a length drift
+        "words": {key: sum(len((r[key] or "").split()) for r in rows) for key in ("chosen", "beam", "rejected")},
         "seconds": seconds,
         "seconds_per_source": {k: v / n for k, v in seconds.items()},
         "samples_per_second": n * manifest["config"]["num_samples"] / seconds["sampling"],
