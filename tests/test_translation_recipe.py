@@ -981,6 +981,54 @@ def test_mbr_dpo_starts_at_log_2_with_stored_reference_log_probs(recipe, tiny_mo
     assert module.preference_term(train.collate(list(range(20, 24)))) is None  # no MBR data there
 
 
+def test_evaluate_passes_the_length_penalty_to_the_beam_and_writes_what_it_scored(recipe, tiny_model, tmp_path):
+    nmt = recipe.nmt
+    model, sp = recipe.load_model(tiny_model)
+    src, refs = nmt.read_pairs(SAMPLE, "val", 6)
+    seen = []
+    for lp in (0.0, 3.0):
+        out = tmp_path / f"lp{lp}.en"
+        got = recipe.evaluate(str(tiny_model), str(SAMPLE), "val", 3, "32-true", 6, lp, hyps_out=str(out))
+        want = nmt.translate(model, sp, src, beams=3, length_penalty=lp)
+        assert out.read_text().splitlines() == want and got["length_penalty"] == lp
+        assert got["bleu"] == pytest.approx(recipe.metrics.corpus_scores(want, refs)["bleu"])
+        seen.append(want)
+    assert seen[0] != seen[1]  # the penalty changes this model's beam outputs: a dropped one would show
+    with pytest.raises(SystemExit, match="--length-penalty must be a finite number >= 0, got -1.0"):
+        recipe.evaluate(str(tiny_model), str(SAMPLE), "val", 3, "32-true", 6, -1.0)
+
+
+def test_mbr_dpo_pair_selection_by_length_and_ipo_on_token_counts(recipe, tiny_model, mbr_module):
+    """``dpo_pairs``: ``not-shorter`` keeps exactly the pairs whose chosen side has at least as many tokens as
+    the rejected one; ``balanced`` adds as many shorter-chosen pairs as there are longer-chosen ones;
+    ``preference_loss: ipo`` gets both sides' token counts: at the start (policy = reference) every pair's
+    IPO loss is (1 / (2 beta))^2."""
+    from bertscore_loss import PreferenceLoss
+
+    module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mbr-dpo")
+    mbr = module.mbr
+    diff = {i: len(mbr.target[i]) - len(r) for i, r in mbr.rejected.items()}
+    kept = mbr.select_pairs("not-shorter")
+    want = {i for i, d in diff.items() if d >= 0}
+    assert set(kept.rejected) == set(kept.ref_chosen) == set(kept.ref_rejected) == want
+    assert kept.target == mbr.target and mbr.select_pairs("all") == mbr  # the distillation targets stay
+    assert 0 < len(want) < len(diff), diff  # the tiny data has both kinds
+    balanced = mbr.select_pairs("balanced")
+    shorter = [i for i in balanced.rejected if diff[i] < 0]
+    longer = sum(d > 0 for d in diff.values())
+    assert want <= set(balanced.rejected) and len(shorter) == min(longer, len(diff) - len(want))
+    assert balanced == mbr.select_pairs("balanced")  # a fixed subset
+    with pytest.raises(ValueError, match="pair selection must be one of all, not-shorter, balanced, got 'x'"):
+        mbr.select_pairs("x")
+    module.preference = PreferenceLoss(beta=0.5, nll_weight=0.0, loss_type="ipo")
+    out = module.preference_term(train.collate(list(range(12))))
+    assert float(out.dpo.detach()) == pytest.approx((1 / (2 * 0.5)) ** 2, abs=1e-3)
+    bad_settings = (({"preference_loss": "hinge"}, "preference_loss 'hinge'"), ({"dpo_pairs": "x"}, "dpo_pairs 'x'"))
+    for bad, match in bad_settings:
+        with pytest.raises(SystemExit, match=match):
+            recipe.stage2(recipe.Stage2Config(arm="ce", epochs=1.0, **bad))
+
+
 @pytest.mark.parametrize("kind", ["epsilon", "beam"])
 def test_mrt_candidates_from_epsilon_sampling_or_the_beam(recipe, tiny_model, mbr_module, kind):
     module, train = _mbr_tuner(recipe, tiny_model, mbr_module, "mrt", mrt_candidates=kind)

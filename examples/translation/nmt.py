@@ -636,6 +636,9 @@ def decoder_dropout(model, on: bool) -> Iterator[None]:
         yield
 
 
+DPO_PAIRS = ("all", "not-shorter", "balanced")  # MBRTargets.select_pairs modes (the recipe's dpo_pairs)
+
+
 @dataclass
 class MBRTargets:
     """What the ``mbr-*`` arms read from MBR-ranked data (``rerank.build_mbr_data``), by training index: the
@@ -663,6 +666,27 @@ class MBRTargets:
         rej = {r["index"]: sp.encode(r["rejected"])[: max_len - 1] + [EOS] for r in pairs}
         return cls(
             ids, rej, {r["index"]: r["chosen_logp"] for r in pairs}, {r["index"]: r["rejected_logp"] for r in pairs}
+        )
+
+    def select_pairs(self, mode: str) -> MBRTargets:
+        """The same targets with the preference pairs of ``mode`` (token counts of the two sides): ``"all"``;
+        ``"not-shorter"``: the pairs whose chosen side is at least as long as the rejected one (a preference
+        that never rewards a shorter output); ``"balanced"``: those and as many of the pairs with a shorter
+        chosen side as there are pairs with a longer one (a fixed random subset, seed 0), so that the kept
+        pairs carry no net preference for either length."""
+        if mode not in DPO_PAIRS:
+            raise ValueError(f"pair selection must be one of {', '.join(DPO_PAIRS)}, got {mode!r}")
+        diff = {i: len(self.target[i]) - len(r) for i, r in self.rejected.items()}
+        keep = {i for i, d in diff.items() if d >= 0 or mode == "all"}
+        if mode == "balanced":
+            shorter = sorted(i for i, d in diff.items() if d < 0)
+            longer = sum(d > 0 for d in diff.values())
+            keep |= set(random.Random(0).sample(shorter, min(longer, len(shorter))))
+        return MBRTargets(
+            self.target,
+            {i: r for i, r in self.rejected.items() if i in keep},
+            {i: v for i, v in self.ref_chosen.items() if i in keep},
+            {i: v for i, v in self.ref_rejected.items() if i in keep},
         )
 
 
@@ -1010,9 +1034,10 @@ class FineTuner(Translator):
             lp = candidate_log_probs(self.model, enc.last_hidden_state, batch["attention_mask"][sel], sources, labels)
         ref_c = torch.tensor([self.mbr.ref_chosen[i] for i in keys], device=dev)
         ref_r = torch.tensor([self.mbr.ref_rejected[i] for i in keys], device=dev)
-        lengths = torch.tensor([len(c) for c in chosen], device=dev)
+        n_w = torch.tensor([len(c) for c in chosen], device=dev)
+        n_l = torch.tensor([len(r) for r in rejected], device=dev)
         m = len(idx)
-        return self.preference(lp[:m], lp[m:], ref_c, ref_r, chosen_lengths=lengths)
+        return self.preference(lp[:m], lp[m:], ref_c, ref_r, chosen_lengths=n_w, rejected_lengths=n_l)
 
     def semantic_subset(self, n: int) -> Tensor | None:
         """Sorted indices ``[semantic_rows]`` of the sources that get the semantic term this update, or None

@@ -36,6 +36,7 @@ import metrics  # noqa: E402
 import nmt  # noqa: E402
 
 from bertscore_loss.outputs import OutputRefusedError, check_output, write_bytes, write_text  # noqa: E402
+from bertscore_loss.preference import PREFERENCE_LOSS_TYPES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("translation")
@@ -545,6 +546,13 @@ class Stage2Config:
     judge: bool = False
     beta: float = 0.1  # mbr-dpo: DPO's beta
     nll_weight: float = 1.0  # mbr-dpo: weight of the NLL of the chosen side (DPO + NLL)
+    # mbr-dpo: the preference loss's form (bertscore_loss.PreferenceConfig.loss_type): "sigmoid" (DPO),
+    # "robust" or "ipo" (length-normalised log-ratios)
+    preference_loss: str = "sigmoid"
+    # mbr-dpo: which of the data's pairs train: "all", "not-shorter" (only pairs whose chosen side has at least
+    # as many tokens as the rejected one: the pairs never reward a shorter translation) or "balanced" (those
+    # and a random subset of the others, as many as have a longer chosen side: no net length preference)
+    dpo_pairs: str = "all"
     # bertscore / mrt: the semantic term on this many sources of each update's batch (a random subset, seeded
     # by the seed and the update), the CE term on all; None: every source. The term is a mean over sources, so
     # the subset's is an unbiased estimate of the full batch's at a fraction of the cost
@@ -709,7 +717,7 @@ def arm_losses(cfg: Stage2Config, init: Path, sp) -> tuple:
 
     semantic = risk = None
     if cfg.arm == "mbr-dpo":
-        return None, PreferenceLoss(beta=cfg.beta, nll_weight=cfg.nll_weight)
+        return None, PreferenceLoss(beta=cfg.beta, nll_weight=cfg.nll_weight, loss_type=cfg.preference_loss)
     if cfg.arm in ("bertscore", "mrt"):
         # bundled MiniLM, its default layer, fp32 by default: the same settings as the reported F
         scorer = BERTScorer(dtype=nmt.scorer_dtype(cfg.scorer_dtype))
@@ -741,6 +749,10 @@ def fine_tuner(
     if cfg.arm.startswith("mbr-"):
         module.mbr = nmt.MBRTargets.read(resolve(cfg.mbr_data), sp, cfg.max_len, train.src_text)
         logger.info("%s: MBR data for %d of %d training sources", cfg.mbr_data, len(module.mbr.target), len(train))
+        if cfg.arm == "mbr-dpo" and cfg.dpo_pairs != "all":
+            pairs = len(module.mbr.rejected)
+            module.mbr = module.mbr.select_pairs(cfg.dpo_pairs)
+            logger.info("dpo_pairs %s: %d of %d pairs kept", cfg.dpo_pairs, len(module.mbr.rejected), pairs)
     module.mrt_candidates, module.mrt_epsilon = cfg.mrt_candidates, cfg.mrt_epsilon
     module.ce_weight, module.distill_share = cfg.ce_weight, cfg.distill_share
     module.log_prob_dropout = cfg.mrt_dropout
@@ -778,6 +790,10 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
         value = getattr(cfg, name)
         if not (math.isfinite(value) and 0 <= value <= top):
             raise SystemExit(f"{name} must be a finite number in [0, {top:g}], got {value}")
+    if cfg.preference_loss not in PREFERENCE_LOSS_TYPES:
+        raise SystemExit(f"preference_loss {cfg.preference_loss!r}: expected one of {', '.join(PREFERENCE_LOSS_TYPES)}")
+    if cfg.dpo_pairs not in nmt.DPO_PAIRS:
+        raise SystemExit(f"dpo_pairs {cfg.dpo_pairs!r}: expected one of {', '.join(nmt.DPO_PAIRS)}")
     for name in ("beta", "logit_temperature", "mrt_epsilon"):
         value = getattr(cfg, name)
         if not (math.isfinite(value) and value > 0):
@@ -1126,18 +1142,35 @@ def stage3(cfg: Stage3Config, overwrite: bool = False) -> dict:
     return result
 
 
-def evaluate(model_dir: str, data: str, split: str, beams: int, precision: str, limit: int | None = None) -> dict:
-    """Beam translations of one split by a saved model folder, with the reported scores."""
+def evaluate(
+    model_dir: str,
+    data: str,
+    split: str,
+    beams: int,
+    precision: str,
+    limit: int | None = None,
+    length_penalty: float = 1.0,
+    judge: bool = False,
+    hyps_out: str | None = None,
+) -> dict:
+    """Beam translations of one split by a saved model folder, with the reported scores; ``length_penalty``:
+    the beam's exponent on the length (Hugging Face ``generate``; 1.0 as every stage decodes, larger favours
+    longer outputs); ``judge``: also the independent judge's F; ``hyps_out``: a file for the translations."""
+    if not (math.isfinite(length_penalty) and length_penalty >= 0):
+        raise SystemExit(f"--length-penalty must be a finite number >= 0, got {length_penalty}")
     model, sp = load_model(resolve(model_dir))
     src, refs = nmt.read_pairs(resolve(data), split, limit)
     t0 = time.time()
-    hyps = nmt.translate(model, sp, src, beams=beams, precision=precision_of(precision))
+    hyps = nmt.translate(model, sp, src, beams=beams, precision=precision_of(precision), length_penalty=length_penalty)
     seconds = time.time() - t0
+    if hyps_out:
+        write(resolve(hyps_out), "\n".join(hyps) + "\n")
     return {
         "model": model_dir,
         "split": split,
         "beams": beams,
-        **metrics.corpus_scores(hyps, refs),
+        "length_penalty": length_penalty,
+        **metrics.corpus_scores(hyps, refs, with_judge=judge),
         "seconds_per_sentence": seconds / len(src),
         "cpu": nmt.cpu_label(),
         "precision": precision_of(precision),
@@ -1476,6 +1509,9 @@ def build_parser() -> argparse.ArgumentParser:
     p5.add_argument("--beams", type=int, default=5)
     p5.add_argument("--precision", default="auto")
     p5.add_argument("--limit", type=int)
+    p5.add_argument("--length-penalty", type=float, default=1.0, help="the beam's length exponent (1.0: as stages)")
+    p5.add_argument("--judge", action="store_true", help="also the independent judge's F (the accurate extra)")
+    p5.add_argument("--hyps", help="write the translations to this file")
     p7 = sub.add_parser("smoke", help="every stage on the committed sample with a tiny model (about a minute)")
     p7.add_argument("--out", default="runs/multi30k/smoke")
     p7.add_argument("--fresh", action="store_true", help="delete --out first")
@@ -1516,7 +1552,18 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run_stage3(cfg, args.fresh, args.overwrite), indent=1))
     elif args.stage == "evaluate":
         require_model(args.model, "--model")
-        print(json.dumps(evaluate(args.model, args.data, args.split, args.beams, args.precision, args.limit), indent=1))
+        result = evaluate(
+            args.model,
+            args.data,
+            args.split,
+            args.beams,
+            args.precision,
+            args.limit,
+            args.length_penalty,
+            args.judge,
+            args.hyps,
+        )
+        print(json.dumps(result, indent=1))
     elif args.stage == "report":
         print(report(args.stage2, args.split, args.equal_time))
     elif args.stage == "sweep-report":
