@@ -10,6 +10,9 @@
 A stopped run resumes where it stopped (at most one shard of work is lost). ``<out>/record-rank<k>.json`` records
 the machine (CPU model and bf16 flags), the settings and the seconds per stage over all shards built so far.
 
+    # the same lists re-ranked by an equal-share mix of MBR-BERTScore and MBR-chrF (rerank.mixed_ranking):
+    python examples/translation/mbr_data.py --mix-from runs/mbr-data/train-eps64 --out runs/mbr-data/train-eps64-mix
+
     # what a built folder holds (shards, sources, SHA-256 of each shard, cost, how often MBR-best is not the beam)
     python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --summary docs/.../data.json
 """
@@ -50,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--mix-from", default=None, help="re-rank this built folder into --out by a mix of utilities")
+    p.add_argument("--mix-utility", default="chrf", help="--mix-from: the second utility (default chrf)")
+    p.add_argument("--mix-weight", type=float, default=0.5, help="--mix-from: its share of the mix (default 0.5)")
     p.add_argument("--summary", default=None, help="write a summary of the folder --out to this JSON (no building)")
     add_overwrite_argument(p)
     return p
@@ -137,9 +143,17 @@ def main(argv: list[str] | None = None) -> None:
         seed=args.seed,
         precision=args.precision,
     )
-    sources, _ = nmt.read_pairs(args.data, args.split, limit=args.limit)
     model = MarianMTModel.from_pretrained(model_dir).eval()
     sp = spm.SentencePieceProcessor(model_file=str(model_dir / "spm.model"))
+    if args.mix_from:
+        from rerank.mixed_ranking import MixConfig, remix_mbr_data
+
+        source = ROOT / args.mix_from if not Path(args.mix_from).is_absolute() else Path(args.mix_from)
+        mix = MixConfig(utility=args.mix_utility, weight=args.mix_weight)
+        done = remix_mbr_data(model, sp, source, out, mix)
+        write_json(record_path, {"cpu": nmt.cpu_label(), "threads": args.threads, "seconds": done.seconds}, **rules)
+        return
+    sources, _ = nmt.read_pairs(args.data, args.split, limit=args.limit)
     result = build_mbr_data(model, sp, sources, out, config, rank=args.rank, world_size=args.world_size)
     timing = [json.loads(line) for line in (out / "timing.jsonl").read_text().splitlines() if line]
     totals: dict[str, float] = {}

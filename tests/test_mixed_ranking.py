@@ -1,0 +1,135 @@
+"""Re-ranking built MBR data by a mix of utilities (``rerank.mixed_ranking``): the mix by hand, the weights'
+ends, the new reference log-probabilities, resumption and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from rerank import mbr
+from rerank.mixed_ranking import MixConfig, mixed_scores, remix_mbr_data
+from rerank.training_data import MBRDataConfig, read_mbr_data
+
+from .test_training_data import SOURCES, WordCodec, build, tiny_bart_model
+
+
+def length_match(hyps: list[str], refs: list[str]) -> torch.Tensor:
+    """1 - |word-count difference| / longer word count: a second utility that ranks differently."""
+    u = torch.zeros(len(hyps), len(refs), dtype=torch.float64)
+    for i, h in enumerate(hyps):
+        for j, r in enumerate(refs):
+            a, b = len(h.split()), len(r.split())
+            u[i, j] = 1.0 - abs(a - b) / max(a, b, 1)
+    return u
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_bart_model()
+
+
+@pytest.fixture(scope="module")
+def built(model, tmp_path_factory):
+    out = tmp_path_factory.mktemp("mix") / "base"
+    build(model, out)
+    return out
+
+
+def remix(model, src, out, weight=0.5, **kw):
+    return remix_mbr_data(model, WordCodec(), src, out, MixConfig(weight=weight, **kw), utility=length_match)
+
+
+def z(x):
+    x = np.asarray(x, dtype=np.float64)
+    s = x.std()
+    return (x - x.mean()) / s if s > 1e-12 else np.zeros_like(x)
+
+
+def test_rows_are_ranked_by_the_standardised_mix(model, built, tmp_path):
+    remix(model, built, tmp_path / "m", weight=0.5)
+    base, rows = read_mbr_data(built), read_mbr_data(tmp_path / "m")
+    assert [r["index"] for r in rows] == list(range(len(SOURCES)))
+    changed = 0
+    for b, r in zip(base, rows):
+        cands = r["candidates"]
+        assert cands == b["candidates"] and r["expected_primary"] == b["expected"]
+        u = length_match(cands, cands[:6])  # samples leave their own draw out; the beam output sees all six
+        second = [float((u[i].sum() - u[i, i]) / 5) for i in range(6)] + [float(u[6].mean())]
+        assert r["expected_second"] == pytest.approx(second, abs=1e-12)
+        want = 0.5 * z(b["expected"]) + 0.5 * z(second)
+        assert r["expected"] == pytest.approx(want.tolist(), abs=1e-9)
+        best = max(range(7), key=lambda i: (want[i], -i))
+        assert r["chosen"] == r["target"] == cands[best] and r["chosen_score"] == pytest.approx(want[best])
+        if r["beam"] != r["chosen"]:
+            assert r["rejected"] == r["beam"]
+        changed += (r["chosen"], r["rejected"]) != (b["chosen"], b["rejected"])
+        assert r["utility"].startswith("mix:z|0.5*[overlap]+0.5*[") and r["pairing"] == "beam-or-worst"
+    assert changed > 0  # the mix moved some choices, so the test below checks new log-probabilities
+
+
+def test_new_sides_get_the_models_log_probabilities(model, built, tmp_path):
+    remix(model, built, tmp_path / "m", weight=0.5)
+    codec = WordCodec()
+    for r in read_mbr_data(tmp_path / "m"):
+        for side in ("chosen", "rejected"):
+            if r[side] is None:
+                assert r[f"{side}_logp"] is None
+                continue
+            src = torch.tensor([codec.encode(r["prompt"])])
+            labels = torch.tensor([codec.encode(r[side])])
+            with torch.no_grad():
+                logits = model(input_ids=src, labels=labels).logits
+            want = torch.log_softmax(logits.float(), -1).gather(-1, labels.unsqueeze(-1)).sum()
+            assert r[f"{side}_logp"] == pytest.approx(float(want), abs=1e-4)
+
+
+def test_the_weights_ends_are_each_utility_alone(model, built, tmp_path):
+    remix(model, built, tmp_path / "w0", weight=0.0)
+    for b, r in zip(read_mbr_data(built), read_mbr_data(tmp_path / "w0")):
+        assert (r["chosen"], r["rejected"], r["chosen_logp"], r["rejected_logp"]) == (
+            b["chosen"],
+            b["rejected"],
+            b["chosen_logp"],
+            b["rejected_logp"],
+        )
+    remix(model, built, tmp_path / "w1", weight=1.0)
+    rows = read_mbr_data(tmp_path / "w1")
+    res = mbr([r["candidates"] for r in rows], utility=length_match, log_weights=[[0.0] * 6 + [-float("inf")]] * 6)
+    assert [x.best for x in res] == [r["chosen"] for r in rows]
+
+
+def test_resume_and_clear_errors(model, built, tmp_path):
+    out = tmp_path / "m"
+    remix(model, built, out)
+    first = {p.name: p.read_bytes() for p in sorted(out.glob("shard-*.jsonl"))}
+    (out / "shard-00001.jsonl").unlink()
+    result = remix(model, built, out)
+    assert (result.built, result.reused) == (1, 1)
+    assert {p.name: p.read_bytes() for p in sorted(out.glob("shard-*.jsonl"))} == first
+    with pytest.raises(ValueError, match="other settings"):
+        remix(model, built, out, weight=0.2)
+    with pytest.raises(ValueError, match="must differ"):
+        remix(model, built, built)
+    with pytest.raises(ValueError, match=r"weight must lie in \[0, 1\]"):
+        MixConfig(weight=1.5)
+    with pytest.raises(ValueError, match="pairing"):
+        MixConfig(pairing="best-of-all")
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        remix(model, tmp_path / "nothing", tmp_path / "o")
+    bare = tmp_path / "bare"
+    config = MBRDataConfig(num_samples=6, beams=2, shard_size=4, seed=3, precision="32", store_lists=False)
+    build(model, bare, config)
+    with pytest.raises(ValueError, match="without store_lists"):
+        remix(model, bare, tmp_path / "o2")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["mix"]["weight"] == 0.5 and manifest["sources"] == len(SOURCES)
+
+
+def test_mixed_scores_by_hand():
+    assert mixed_scores([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], 0.5) == pytest.approx((0.5 * z([1, 2, 3])).tolist())
+    assert mixed_scores([0.9, 0.9], [1.0, 3.0], 0.25) == pytest.approx([-0.25, 0.25])
+    with pytest.raises(ValueError, match="2 second"):
+        mixed_scores([1.0], [1.0, 2.0], 0.5)
