@@ -1018,6 +1018,18 @@ def test_mbr_dpo_pair_selection_by_length_and_ipo_on_token_counts(recipe, tiny_m
     longer = sum(d > 0 for d in diff.values())
     assert want <= set(balanced.rejected) and len(shorter) == min(longer, len(diff) - len(want))
     assert balanced == mbr.select_pairs("balanced")  # a fixed subset
+    nmt = recipe.nmt
+    for n_short, n_long in ((6, 2), (2, 6)):  # either direction may be the rarer one
+        lens = [3] * n_short + [7] * n_long + [5, 5]  # chosen sides; every rejected side has 5 tokens
+        synthetic = nmt.MBRTargets(
+            {i: [1] * n for i, n in enumerate(lens)},
+            {i: [1] * 5 for i in range(len(lens))},
+            {i: 0.0 for i in range(len(lens))},
+            {i: 0.0 for i in range(len(lens))},
+        ).select_pairs("balanced")
+        kept_lens = [lens[i] for i in synthetic.rejected]
+        assert sorted(kept_lens) == [3, 3, 5, 5, 7, 7], (n_short, n_long)  # no net preference for a length
+        assert set(synthetic.rejected) == set(synthetic.ref_chosen) == set(synthetic.ref_rejected)
     with pytest.raises(ValueError, match="pair selection must be one of all, not-shorter, balanced, got 'x'"):
         mbr.select_pairs("x")
     module.preference = PreferenceLoss(beta=0.5, nll_weight=0.0, loss_type="ipo")

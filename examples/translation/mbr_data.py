@@ -101,7 +101,10 @@ def summarise(folder: Path) -> dict:
         "words": {key: sum(len((r[key] or "").split()) for r in rows) for key in ("chosen", "beam", "rejected")},
         "seconds": seconds,
         "seconds_per_source": {k: v / n for k, v in seconds.items()},
-        "samples_per_second": n * manifest["config"]["num_samples"] / seconds["sampling"],
+        # a re-ranked folder (--mix-from) samples nothing: its cost is the second utility's MBR and log-probabilities
+        "samples_per_second": n * manifest["config"]["num_samples"] / seconds["sampling"]
+        if "sampling" in seconds
+        else None,
         "cpu_hours": sum(seconds.values()) / 3600,  # one thread per process
     }
 

@@ -671,17 +671,21 @@ class MBRTargets:
     def select_pairs(self, mode: str) -> MBRTargets:
         """The same targets with the preference pairs of ``mode`` (token counts of the two sides): ``"all"``;
         ``"not-shorter"``: the pairs whose chosen side is at least as long as the rejected one (a preference
-        that never rewards a shorter output); ``"balanced"``: those and as many of the pairs with a shorter
-        chosen side as there are pairs with a longer one (a fixed random subset, seed 0), so that the kept
-        pairs carry no net preference for either length."""
+        that never rewards a shorter output); ``"balanced"``: the pairs of equal length, every pair of the
+        rarer direction (chosen shorter, or chosen longer) and as many of the other direction (a fixed random
+        subset, seed 0), so that the kept pairs carry no net preference for either length."""
         if mode not in DPO_PAIRS:
             raise ValueError(f"pair selection must be one of {', '.join(DPO_PAIRS)}, got {mode!r}")
         diff = {i: len(self.target[i]) - len(r) for i, r in self.rejected.items()}
         keep = {i for i, d in diff.items() if d >= 0 or mode == "all"}
         if mode == "balanced":
             shorter = sorted(i for i, d in diff.items() if d < 0)
-            longer = sum(d > 0 for d in diff.values())
-            keep |= set(random.Random(0).sample(shorter, min(longer, len(shorter))))
+            longer = sorted(i for i, d in diff.items() if d > 0)
+            if len(shorter) >= len(longer):  # MBR-BERTScore's pairs: a subset of the shorter-chosen ones
+                keep |= set(random.Random(0).sample(shorter, len(longer)))
+            else:  # e.g. a mix with chrF, whose recall favours the longer side: a subset of the longer-chosen ones
+                keep = {i for i, d in diff.items() if d == 0} | set(shorter)
+                keep |= set(random.Random(0).sample(longer, len(shorter)))
         return MBRTargets(
             self.target,
             {i: r for i, r in self.rejected.items() if i in keep},
