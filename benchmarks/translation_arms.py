@@ -369,7 +369,7 @@ def main(argv: list[str] | None = None) -> None:
         "cpu": nmt.cpu_label(),
         "threads": args.threads,
         "precision": precision,
-        "model": str(model_dir),
+        "model": str(model_dir.relative_to(ROOT) if model_dir.is_relative_to(ROOT) else model_dir),  # no machine path
         "batch_tokens": base.batch_tokens,
         "mean_pairs_per_update": pairs,
         "updates_timed": args.updates - args.skip,
