@@ -38,7 +38,7 @@ from bertscore_loss.outputs import write_text
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
-from .training_data import PAIRINGS, MBRDataResult, _log_probs, _target_ids, codec_from, pair_rows
+from .training_data import PAIRINGS, MBRDataResult, _claim_folder, _log_probs, _target_ids, codec_from, pair_rows
 
 __all__ = ["MixConfig", "mixed_scores", "remix_mbr_data"]
 
@@ -186,17 +186,7 @@ def remix_mbr_data(
     if out.resolve() == src.resolve():
         raise ValueError("out_dir must differ from in_dir: the input folder is kept as it is")
     out.mkdir(parents=True, exist_ok=True)
-    mpath = out / "manifest.json"
-    if mpath.exists():
-        old = json.loads(mpath.read_text())
-        diff = sorted(k for k in manifest if old.get(k) != manifest[k])
-        if diff:
-            raise ValueError(
-                f"{out} holds data re-ranked with other settings ({', '.join(diff)} differ): "
-                "use another folder or remove it"
-            )
-    else:
-        write_text(mpath, json.dumps(manifest, indent=1) + "\n", allow_docs=True)
+    _claim_folder(out, manifest, "re-ranked")
     shards = math.ceil(source["sources"] / source["config"]["shard_size"])
     codec = codec_from(tokenizer, model)
     was_training = model.training

@@ -399,6 +399,21 @@ def _manifest(model: Any, sources: Sequence[str], config: MBRDataConfig, utility
     }
 
 
+def _claim_folder(out: Path, manifest: dict, verb: str, *, write: bool = True) -> None:
+    """Refuse ``out`` when its ``manifest.json`` records other settings; else write ``manifest`` there (``write``)."""
+    mpath = out / "manifest.json"
+    if mpath.exists():
+        old = json.loads(mpath.read_text())
+        diff = sorted(k for k in manifest if old.get(k) != manifest[k])
+        if diff:
+            raise ValueError(
+                f"{out} holds data {verb} with other settings ({', '.join(diff)} differ): "
+                "use another folder or remove it"
+            )
+    elif write:
+        write_text(mpath, json.dumps(manifest, indent=1) + "\n", allow_docs=True)
+
+
 def build_mbr_data(
     model: Any,
     tokenizer: Any,
@@ -432,17 +447,7 @@ def build_mbr_data(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     manifest = _manifest(model, sources, config, util)
-    mpath = out / "manifest.json"
-    if mpath.exists():
-        old = json.loads(mpath.read_text())
-        diff = sorted(k for k in manifest if old.get(k) != manifest[k])
-        if diff:
-            raise ValueError(
-                f"{out} holds data built with other settings ({', '.join(diff)} differ): "
-                "use another folder or remove it"
-            )
-    elif rank == 0:
-        write_text(mpath, json.dumps(manifest, indent=1) + "\n", allow_docs=True)
+    _claim_folder(out, manifest, "built", write=rank == 0)
     shards = math.ceil(len(sources) / config.shard_size)
     names = [out / f"shard-{k:05d}.jsonl" for k in range(shards)]
     mine = [k for k in range(shards) if k % world_size == rank]
