@@ -13,7 +13,7 @@ from rerank import mbr
 from rerank.mixed_ranking import MixConfig, mixed_scores, remix_mbr_data
 from rerank.training_data import MBRDataConfig, read_mbr_data
 
-from .test_training_data import SOURCES, WordCodec, build, tiny_bart_model
+from .test_training_data import SOURCES, WordCodec, assert_teacher_forced_log_probs, build, tiny_bart_model
 
 
 def length_match(hyps: list[str], refs: list[str]) -> torch.Tensor:
@@ -72,18 +72,7 @@ def test_rows_are_ranked_by_the_standardised_mix(model, built, tmp_path):
 
 def test_new_sides_get_the_models_log_probabilities(model, built, tmp_path):
     remix(model, built, tmp_path / "m", weight=0.5)
-    codec = WordCodec()
-    for r in read_mbr_data(tmp_path / "m"):
-        for side in ("chosen", "rejected"):
-            if r[side] is None:
-                assert r[f"{side}_logp"] is None
-                continue
-            src = torch.tensor([codec.encode(r["prompt"])])
-            labels = torch.tensor([codec.encode(r[side])])
-            with torch.no_grad():
-                logits = model(input_ids=src, labels=labels).logits
-            want = torch.log_softmax(logits.float(), -1).gather(-1, labels.unsqueeze(-1)).sum()
-            assert r[f"{side}_logp"] == pytest.approx(float(want), abs=1e-4)
+    assert_teacher_forced_log_probs(model, read_mbr_data(tmp_path / "m"))
 
 
 def test_the_weights_ends_are_each_utility_alone(model, built, tmp_path):

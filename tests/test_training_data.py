@@ -92,10 +92,10 @@ def test_rows_are_mbr_ranked_in_input_order(model, tmp_path):
     assert [x.best for x in res] == [r["chosen"] for r in rows]
 
 
-def test_log_probs_are_the_models_teacher_forced_sums(model, tmp_path):
-    build(model, tmp_path / "d")
+def assert_teacher_forced_log_probs(model, rows: list[dict]) -> None:
+    """Every row's ``chosen_logp``/``rejected_logp`` is ``model``'s teacher-forced sum over that side's ids."""
     codec = WordCodec()
-    for r in read_mbr_data(tmp_path / "d"):
+    for r in rows:
         for side in ("chosen", "rejected"):
             if r[side] is None:
                 assert r[f"{side}_logp"] is None
@@ -106,6 +106,11 @@ def test_log_probs_are_the_models_teacher_forced_sums(model, tmp_path):
                 logits = model(input_ids=src, labels=labels).logits
             want = torch.log_softmax(logits.float(), -1).gather(-1, labels.unsqueeze(-1)).sum()
             assert r[f"{side}_logp"] == pytest.approx(float(want), abs=1e-4)
+
+
+def test_log_probs_are_the_models_teacher_forced_sums(model, tmp_path):
+    build(model, tmp_path / "d")
+    assert_teacher_forced_log_probs(model, read_mbr_data(tmp_path / "d"))
 
 
 @pytest.mark.parametrize(
