@@ -161,6 +161,7 @@ def remix_mbr_data(
     config: MixConfig | None = None,
     *,
     utility: UtilityLike | None = None,
+    missing: str = "error",
     progress: bool | None = None,
 ) -> MBRDataResult:
     """Re-rank the folder ``in_dir`` (built by :func:`rerank.build_mbr_data` with ``store_lists``) by the
@@ -169,8 +170,12 @@ def remix_mbr_data(
     ``model``/``tokenizer``: the generator the folder was built with (its log-probabilities of the new
     chosen and rejected texts; eval mode is used, the mode restored after); ``utility``: a utility object
     for the second utility (default: ``config.utility``). Shards already in ``out_dir`` are kept (resuming
-    with other settings or another input is refused). Returns the shard files and the seconds spent.
+    with other settings or another input is refused). ``missing``: what a shard absent from ``in_dir`` does,
+    ``"error"`` (default) or ``"skip"`` (re-rank the shards built so far, e.g. while the build goes on; a
+    later call re-ranks the ones added since). Returns the shard files and the seconds spent.
     """
+    if missing not in ("error", "skip"):
+        raise ValueError(f"missing={missing!r}: expected 'error' or 'skip'")
     config = config or MixConfig()
     src = Path(in_dir)
     mpath_in = src / "manifest.json"
@@ -202,7 +207,10 @@ def remix_mbr_data(
                 reused += 1
                 continue
             if not path_in.exists():
-                raise FileNotFoundError(f"{path_in} is missing: build {src} completely first")
+                if missing == "skip":
+                    logger.info("shard %d/%d is not built in %s yet: skipped", k + 1, shards, src)
+                    continue
+                raise FileNotFoundError(f"{path_in} is missing: build {src} completely first (or missing='skip')")
             rows = [json.loads(line) for line in path_in.read_text(encoding="utf-8").splitlines() if line]
             new, spent = _remix_shard(
                 model, codec, rows, util, float(config.weight), pairing, manifest["utility"], config.token_budget

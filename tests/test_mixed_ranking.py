@@ -1,9 +1,10 @@
 """Re-ranking built MBR data by a mix of utilities (``rerank.mixed_ranking``): the mix by hand, the weights'
-ends, the new reference log-probabilities, resumption and clear errors."""
+ends, the new reference log-probabilities, resumption, a partly built input and clear errors."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -38,8 +39,9 @@ def built(model, tmp_path_factory):
     return out
 
 
-def remix(model, src, out, weight=0.5, **kw):
-    return remix_mbr_data(model, WordCodec(), src, out, MixConfig(weight=weight, **kw), utility=length_match)
+def remix(model, src, out, weight=0.5, missing="error", **kw):
+    config = MixConfig(weight=weight, **kw)
+    return remix_mbr_data(model, WordCodec(), src, out, config, utility=length_match, missing=missing)
 
 
 def z(x):
@@ -115,6 +117,28 @@ def test_resume_and_clear_errors(model, built, tmp_path):
         remix(model, bare, tmp_path / "o2")
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["mix"]["weight"] == 0.5 and manifest["sources"] == len(SOURCES)
+
+
+def test_a_partly_built_input_is_an_error_or_re_ranked_as_far_as_it_goes(model, built, tmp_path):
+    whole = tmp_path / "whole"
+    remix(model, built, whole)
+    partial = tmp_path / "partial"
+    shutil.copytree(built, partial)
+    (partial / "shard-00001.jsonl").unlink()
+    with pytest.raises(FileNotFoundError, match=r"shard-00001.jsonl is missing"):
+        remix(model, partial, tmp_path / "o")
+    out = tmp_path / "o2"
+    result = remix(model, partial, out, missing="skip")
+    assert (result.built, [p.name for p in result.files]) == (1, ["shard-00000.jsonl"])
+    assert (out / "shard-00000.jsonl").read_bytes() == (whole / "shard-00000.jsonl").read_bytes()
+    shutil.copy(built / "shard-00001.jsonl", partial / "shard-00001.jsonl")  # the build went on
+    result = remix(model, partial, out, missing="skip")
+    assert (result.built, result.reused) == (1, 1)
+    assert {p.name: p.read_bytes() for p in out.glob("shard-*.jsonl")} == {
+        p.name: p.read_bytes() for p in whole.glob("shard-*.jsonl")
+    }
+    with pytest.raises(ValueError, match="missing='later'"):
+        remix(model, partial, out, missing="later")
 
 
 def test_mixed_scores_by_hand():

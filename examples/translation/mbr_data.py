@@ -56,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mix-from", default=None, help="re-rank this built folder into --out by a mix of utilities")
     p.add_argument("--mix-utility", default="chrf", help="--mix-from: the second utility (default chrf)")
     p.add_argument("--mix-weight", type=float, default=0.5, help="--mix-from: its share of the mix (default 0.5)")
+    p.add_argument(
+        "--mix-partial",
+        action="store_true",
+        help="--mix-from: re-rank the shards built so far (default: a shard missing from the input is an error)",
+    )
     p.add_argument("--summary", default=None, help="write a summary of the folder --out to this JSON (no building)")
     add_overwrite_argument(p)
     return p
@@ -153,7 +158,7 @@ def main(argv: list[str] | None = None) -> None:
 
         source = ROOT / args.mix_from if not Path(args.mix_from).is_absolute() else Path(args.mix_from)
         mix = MixConfig(utility=args.mix_utility, weight=args.mix_weight)
-        done = remix_mbr_data(model, sp, source, out, mix)
+        done = remix_mbr_data(model, sp, source, out, mix, missing="skip" if args.mix_partial else "error")
         write_json(record_path, {"cpu": nmt.cpu_label(), "threads": args.threads, "seconds": done.seconds}, **rules)
         return
     sources, _ = nmt.read_pairs(args.data, args.split, limit=args.limit)
