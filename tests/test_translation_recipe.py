@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -979,6 +981,32 @@ def test_mbr_dpo_starts_at_log_2_with_stored_reference_log_probs(recipe, tiny_mo
     loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in module.model.parameters() if p.grad is not None)
     assert module.preference_term(train.collate(list(range(20, 24)))) is None  # no MBR data there
+
+
+def test_dpo_refuses_reference_log_probs_of_another_model(recipe, tiny_model, mbr_module, tmp_path, caplog):
+    folder = mbr_module[0]
+    recipe.check_reference_model(folder, tiny_model)  # the builder itself
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_model, copy)
+    recipe.check_reference_model(folder, copy)  # the same weights elsewhere
+    other = tmp_path / "other"
+    shutil.copytree(tiny_model, other)
+    model, _ = recipe.load_model(other)
+    with torch.no_grad():
+        next(model.parameters()).add_(0.01)
+    model.save_pretrained(other)
+    with pytest.raises(SystemExit, match=r"built by .*model, but init is .*other: DPO's stored reference"):
+        recipe.check_reference_model(folder, other)
+    cfg = _stage2_cfg(recipe, other, tmp_path / "s2", arm="mbr-dpo", mbr_data=str(folder))
+    with pytest.raises(SystemExit, match="DPO's stored reference log-probabilities"):
+        recipe.stage2(cfg)  # before any training
+    moved = tmp_path / "moved"
+    shutil.copytree(folder, moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    (moved / "manifest.json").write_text(json.dumps({**manifest, "model": "/elsewhere/model"}))
+    with caplog.at_level(logging.WARNING):
+        recipe.check_reference_model(moved, other)
+    assert "built by '/elsewhere/model', not found here" in caplog.text
 
 
 def test_evaluate_passes_the_length_penalty_to_the_beam_and_writes_what_it_scored(recipe, tiny_model, tmp_path):

@@ -57,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mix-utility", default="chrf", help="--mix-from: the second utility (default chrf)")
     p.add_argument("--mix-weight", type=float, default=0.5, help="--mix-from: its share of the mix (default 0.5)")
     p.add_argument(
+        "--mix-pairing",
+        default=None,
+        help="--mix-from: pair the re-ranked rows this way (one of rerank.PAIRINGS; default: the input folder's)",
+    )
+    p.add_argument(
         "--mix-partial",
         action="store_true",
         help="--mix-from: re-rank the shards built so far (default: a shard missing from the input is an error)",
@@ -157,7 +162,7 @@ def main(argv: list[str] | None = None) -> None:
         from rerank.mixed_ranking import MixConfig, remix_mbr_data
 
         source = ROOT / args.mix_from if not Path(args.mix_from).is_absolute() else Path(args.mix_from)
-        mix = MixConfig(utility=args.mix_utility, weight=args.mix_weight)
+        mix = MixConfig(utility=args.mix_utility, weight=args.mix_weight, pairing=args.mix_pairing)
         done = remix_mbr_data(model, sp, source, out, mix, missing="skip" if args.mix_partial else "error")
         write_json(record_path, {"cpu": nmt.cpu_label(), "threads": args.threads, "seconds": done.seconds}, **rules)
         return
