@@ -95,6 +95,25 @@ def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any) -> d
     return out
 
 
+def _check_generator(model: Any, codec: Any, rows: list[dict], src: Path, built_by: str, budget: int) -> None:
+    """Refuse ``model`` when its log-probabilities of a few stored chosen texts differ from the stored ones: the
+    re-ranked rows would mix two models' reference log-probabilities (reused for unchanged sides, new for the
+    others), which DPO cannot tell apart. Float32 sums; the tolerance covers padding and batching only."""
+    rows = [r for r in rows if r.get("chosen_logp") is not None][:4]
+    if not rows:
+        return
+    got = _log_probs(
+        model, [list(codec.encode(r["prompt"])) for r in rows], [_target_ids(codec, r["chosen"]) for r in rows], budget
+    )
+    for r, value in zip(rows, got):
+        want = float(r["chosen_logp"])
+        if value is None or abs(value - want) > 1e-3 + 1e-4 * abs(want):
+            raise ValueError(
+                f"{src} holds log-probabilities of another model (row {r['index']}: stored {want:.4f}, this model "
+                f"{value if value is None else round(value, 4)}): pass the model that built it ({built_by})"
+            )
+
+
 def _remix_shard(
     model: Any, codec: Any, rows: list[dict], util: Any, weight: float, pairing: str, signature: str, budget: int
 ) -> tuple[list[dict], dict[str, float]]:
@@ -168,7 +187,8 @@ def remix_mbr_data(
     standardised mix of its utility and ``config.utility`` into ``out_dir``; see the module docstring.
 
     ``model``/``tokenizer``: the generator the folder was built with (its log-probabilities of the new
-    chosen and rejected texts; eval mode is used, the mode restored after); ``utility``: a utility object
+    chosen and rejected texts; eval mode is used, the mode restored after; another model is refused, checked
+    on a few stored log-probabilities); ``utility``: a utility object
     for the second utility (default: ``config.utility``). Shards already in ``out_dir`` are kept (resuming
     with other settings or another input is refused). ``missing``: what a shard absent from ``in_dir`` does,
     ``"error"`` (default) or ``"skip"`` (re-rank the shards built so far, e.g. while the build goes on; a
@@ -198,6 +218,7 @@ def remix_mbr_data(
     model.eval()
     seconds: dict[str, float] = {}
     built = reused = 0
+    checked = False
     disable = (not progress) if progress is not None else None
     try:
         for k in tqdm(range(shards), desc="re-rank", unit="shard", disable=disable):
@@ -212,6 +233,9 @@ def remix_mbr_data(
                     continue
                 raise FileNotFoundError(f"{path_in} is missing: build {src} completely first (or missing='skip')")
             rows = [json.loads(line) for line in path_in.read_text(encoding="utf-8").splitlines() if line]
+            if not checked:
+                _check_generator(model, codec, rows, src, str(source.get("model")), config.token_budget)
+                checked = True
             new, spent = _remix_shard(
                 model, codec, rows, util, float(config.weight), pairing, manifest["utility"], config.token_budget
             )

@@ -141,6 +141,17 @@ def test_a_partly_built_input_is_an_error_or_re_ranked_as_far_as_it_goes(model, 
         remix(model, partial, out, missing="later")
 
 
+def test_another_model_than_the_builder_is_refused(model, built, tmp_path):
+    """Reused and new log-probabilities must be one model's: a slightly changed copy is refused before any output."""
+    other = tiny_bart_model()
+    noise = torch.randn(other.lm_head.weight.shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():  # random: a uniform shift would leave every softmax as it is
+        other.lm_head.weight.add_(0.05 * noise)
+    with pytest.raises(ValueError, match=r"holds log-probabilities of another model \(row 0: stored -"):
+        remix(other, built, tmp_path / "o")
+    assert not list((tmp_path / "o").glob("shard-*"))
+
+
 def test_mixed_scores_by_hand():
     assert mixed_scores([1.0, 2.0, 3.0], [5.0, 5.0, 5.0], 0.5) == pytest.approx((0.5 * z([1, 2, 3])).tolist())
     assert mixed_scores([0.9, 0.9], [1.0, 3.0], 0.25) == pytest.approx([-0.25, 0.25])
