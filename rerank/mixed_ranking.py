@@ -38,7 +38,16 @@ from bertscore_loss.outputs import write_text
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
-from .training_data import PAIRINGS, MBRDataResult, _claim_folder, _log_probs, _target_ids, codec_from, pair_rows
+from .training_data import (
+    PAIRINGS,
+    MBRDataResult,
+    _claim_folder,
+    _log_probs,
+    _target_ids,
+    check_builder,
+    codec_from,
+    pair_rows,
+)
 
 __all__ = ["MixConfig", "mixed_scores", "remix_mbr_data"]
 
@@ -93,25 +102,6 @@ def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any) -> d
     out["mix"] = {**asdict(config), "pairing": pairing, "second": util.signature()}
     out["from_manifest_sha256"] = hashlib.sha256(blob).hexdigest()[:16]
     return out
-
-
-def _check_generator(model: Any, codec: Any, rows: list[dict], src: Path, built_by: str, budget: int) -> None:
-    """Refuse ``model`` when its log-probabilities of a few stored chosen texts differ from the stored ones: the
-    re-ranked rows would mix two models' reference log-probabilities (reused for unchanged sides, new for the
-    others), which DPO cannot tell apart. Float32 sums; the tolerance covers padding and batching only."""
-    rows = [r for r in rows if r.get("chosen_logp") is not None][:4]
-    if not rows:
-        return
-    got = _log_probs(
-        model, [list(codec.encode(r["prompt"])) for r in rows], [_target_ids(codec, r["chosen"]) for r in rows], budget
-    )
-    for r, value in zip(rows, got):
-        want = float(r["chosen_logp"])
-        if value is None or abs(value - want) > 1e-3 + 1e-4 * abs(want):
-            raise ValueError(
-                f"{src} holds log-probabilities of another model (row {r['index']}: stored {want:.4f}, this model "
-                f"{value if value is None else round(value, 4)}): pass the model that built it ({built_by})"
-            )
 
 
 def _remix_shard(
@@ -187,9 +177,9 @@ def remix_mbr_data(
     standardised mix of its utility and ``config.utility`` into ``out_dir``; see the module docstring.
 
     ``model``/``tokenizer``: the generator the folder was built with (its log-probabilities of the new
-    chosen and rejected texts; eval mode is used, the mode restored after; another model is refused, checked
-    on a few stored log-probabilities); ``utility``: a utility object
-    for the second utility (default: ``config.utility``). Shards already in ``out_dir`` are kept (resuming
+    chosen and rejected texts; eval mode is used, the mode restored after; another model is refused by
+    :func:`rerank.training_data.check_builder`); ``utility``: a utility object for the second utility
+    (default: ``config.utility``). Shards already in ``out_dir`` are kept (resuming
     with other settings or another input is refused). ``missing``: what a shard absent from ``in_dir`` does,
     ``"error"`` (default) or ``"skip"`` (re-rank the shards built so far, e.g. while the build goes on; a
     later call re-ranks the ones added since). Returns the shard files and the seconds spent.
@@ -210,6 +200,7 @@ def remix_mbr_data(
     out = Path(out_dir)
     if out.resolve() == src.resolve():
         raise ValueError("out_dir must differ from in_dir: the input folder is kept as it is")
+    check_builder(model, tokenizer, src, token_budget=config.token_budget)
     out.mkdir(parents=True, exist_ok=True)
     _claim_folder(out, manifest, "re-ranked")
     shards = math.ceil(source["sources"] / source["config"]["shard_size"])
@@ -218,7 +209,6 @@ def remix_mbr_data(
     model.eval()
     seconds: dict[str, float] = {}
     built = reused = 0
-    checked = False
     disable = (not progress) if progress is not None else None
     try:
         for k in tqdm(range(shards), desc="re-rank", unit="shard", disable=disable):
@@ -233,9 +223,6 @@ def remix_mbr_data(
                     continue
                 raise FileNotFoundError(f"{path_in} is missing: build {src} completely first (or missing='skip')")
             rows = [json.loads(line) for line in path_in.read_text(encoding="utf-8").splitlines() if line]
-            if not checked:
-                _check_generator(model, codec, rows, src, str(source.get("model")), config.token_budget)
-                checked = True
             new, spent = _remix_shard(
                 model, codec, rows, util, float(config.weight), pairing, manifest["utility"], config.token_budget
             )

@@ -53,6 +53,7 @@ __all__ = [
     "MBRDataResult",
     "build_mbr_data",
     "build_mbr_data_distributed",
+    "check_builder",
     "codec_from",
     "pair_rows",
     "read_mbr_data",
@@ -496,6 +497,42 @@ def read_mbr_data(out_dir: str | Path, *, complete: bool = True) -> list[dict]:
             continue
         rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
     return rows
+
+
+def check_builder(model: Any, tokenizer: Any, folder: str | Path, rows: int = 4, *, token_budget: int = 16384) -> None:
+    """Raise ``ValueError`` unless ``model`` is the generator that built ``folder``: its log-probabilities
+    (float32, eval mode) of the chosen texts of the first ``rows`` pairs must equal the stored ones (within
+    1e-3 + 1e-4·|value|: padding and batching only). DPO compares the policy with these stored reference
+    values, and a re-ranking reuses them, so another model's values would mislead both silently. A folder
+    without stored log-probabilities passes (nothing to compare)."""
+    out = Path(folder)
+    manifest = json.loads((out / "manifest.json").read_text())
+    first = next(iter(sorted(out.glob("shard-*.jsonl"))), None)
+    lines = first.read_text(encoding="utf-8").splitlines() if first is not None else []
+    picked = [r for r in map(json.loads, filter(None, lines)) if r.get("chosen_logp") is not None][:rows]
+    if not picked:
+        return
+    codec = codec_from(tokenizer, model)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            got = _log_probs(
+                model,
+                [list(codec.encode(r["prompt"])) for r in picked],
+                [_target_ids(codec, r["chosen"]) for r in picked],
+                token_budget,
+            )
+    finally:
+        model.train(was_training)
+    for r, value in zip(picked, got):
+        want = float(r["chosen_logp"])
+        if value is None or abs(value - want) > 1e-3 + 1e-4 * abs(want):
+            shown = "none" if value is None else f"{value:.4f}"
+            raise ValueError(
+                f"{out} holds log-probabilities of another model (row {r['index']}: stored {want:.4f}, this model "
+                f"{shown}): use the model that built it ({manifest.get('model')})"
+            )
 
 
 def _distributed_worker(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import logging
 import math
 import re
 import shutil
@@ -983,30 +982,25 @@ def test_mbr_dpo_starts_at_log_2_with_stored_reference_log_probs(recipe, tiny_mo
     assert module.preference_term(train.collate(list(range(20, 24)))) is None  # no MBR data there
 
 
-def test_dpo_refuses_reference_log_probs_of_another_model(recipe, tiny_model, mbr_module, tmp_path, caplog):
-    folder = mbr_module[0]
-    recipe.check_reference_model(folder, tiny_model)  # the builder itself
-    copy = tmp_path / "copy"
-    shutil.copytree(tiny_model, copy)
-    recipe.check_reference_model(folder, copy)  # the same weights elsewhere
+def test_dpo_refuses_reference_log_probs_of_another_model(recipe, tiny_model, mbr_module, tmp_path):
+    folder, _, sp = mbr_module
+    model, _ = recipe.load_model(tiny_model)
+    recipe.check_reference_model(model, sp, str(folder), "builder")  # the builder itself
     other = tmp_path / "other"
     shutil.copytree(tiny_model, other)
-    model, _ = recipe.load_model(other)
+    changed, _ = recipe.load_model(other)
+    noise = torch.randn(changed.lm_head.weight.shape, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
-        next(model.parameters()).add_(0.01)
-    model.save_pretrained(other)
-    with pytest.raises(SystemExit, match=r"built by .*model, but init is .*other: DPO's stored reference"):
-        recipe.check_reference_model(folder, other)
+        changed.lm_head.weight.add_(0.05 * noise)
+    changed.save_pretrained(other)
+    changed.train()
+    with pytest.raises(SystemExit, match=r"init x is not the model that built mbr_data \(.*stored -\d+\.\d+, this"):
+        recipe.check_reference_model(changed, sp, str(folder), "x")
+    assert changed.training  # the check's eval mode is undone
     cfg = _stage2_cfg(recipe, other, tmp_path / "s2", arm="mbr-dpo", mbr_data=str(folder))
-    with pytest.raises(SystemExit, match="DPO's stored reference log-probabilities"):
+    with pytest.raises(SystemExit, match="DPO's stored reference log-probabilities must be those"):
         recipe.stage2(cfg)  # before any training
-    moved = tmp_path / "moved"
-    shutil.copytree(folder, moved)
-    manifest = json.loads((moved / "manifest.json").read_text())
-    (moved / "manifest.json").write_text(json.dumps({**manifest, "model": "/elsewhere/model"}))
-    with caplog.at_level(logging.WARNING):
-        recipe.check_reference_model(moved, other)
-    assert "built by '/elsewhere/model', not found here" in caplog.text
+    assert not (tmp_path / "s2" / "mbr-dpo-seed0" / "checkpoints").exists()
 
 
 def test_evaluate_passes_the_length_penalty_to_the_beam_and_writes_what_it_scored(recipe, tiny_model, tmp_path):

@@ -357,28 +357,20 @@ def model_hint(path: str) -> str:
     return "it must be an HF model folder with config.json, the weights and spm.model (recipe.py stage1 writes one)"
 
 
-def check_reference_model(mbr_data: Path, init: Path) -> None:
-    """Refuse DPO from ``init`` on data whose stored reference log-probabilities another model computed.
+def check_reference_model(model, sp, mbr_data: str, init: str) -> None:
+    """Refuse DPO from ``init`` on data whose stored reference log-probabilities another model computed: the
+    DPO term compares the policy with them, so training must start from the model that built the data
+    (:func:`rerank.training_data.check_builder`: the same log-probabilities of a few stored pairs)."""
+    from rerank.training_data import check_builder
 
-    The DPO term compares the policy with the model that built ``mbr_data`` (its manifest's ``model``); it
-    must be the model training starts from (the same folder, or one with the same weights), else every
-    implicit reward starts off zero by a different amount for each pair. A builder folder that is not on
-    this machine cannot be checked: a warning says so."""
-    built = json.loads((mbr_data / "manifest.json").read_text()).get("model", "")
-    folder = resolve(built) if built else None
-    if folder is None or not (folder / "config.json").is_file():
-        logger.warning("mbr_data %s was built by %r, not found here: init %s is not checked", mbr_data, built, init)
-        return
-    if folder.resolve() == init.resolve():
-        return
-    weights = [f / "model.safetensors" for f in (folder, init)]
-    if all(w.is_file() for w in weights) and weights[0].read_bytes() == weights[1].read_bytes():
-        return
-    raise SystemExit(
-        f"mbr_data {mbr_data} was built by {built}, but init is {init}: DPO's stored reference log-probabilities "
-        f"must be those of the model training starts from (set init={built}, or build the data with "
-        f"examples/translation/mbr_data.py --model {init})"
-    )
+    try:
+        check_builder(model, sp, resolve(mbr_data))
+    except ValueError as e:
+        raise SystemExit(
+            f"init {init} is not the model that built mbr_data ({e}); DPO's stored reference log-probabilities "
+            f"must be those of the model training starts from: set init to that model, or build the data with "
+            f"examples/translation/mbr_data.py --model {init}"
+        ) from None
 
 
 def require_model(path: str, option: str) -> Path:
@@ -823,8 +815,6 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
         if not (math.isfinite(value) and value > 0):
             raise SystemExit(f"{name} must be a finite number > 0, got {value}")
     data, init = resolve(cfg.data), require_model(cfg.init, "init")
-    if cfg.arm == "mbr-dpo":
-        check_reference_model(resolve(cfg.mbr_data), init)
     run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
     sp = load_sp(init / "spm.model")
     train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
@@ -857,6 +847,8 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
     ckpt = read_checkpoint(last) if last.exists() else None
     start = ckpt["global_step"] if ckpt else 0
     model, _ = load_model(init)
+    if cfg.arm == "mbr-dpo":
+        check_reference_model(model, sp, cfg.mbr_data, cfg.init)
     val = nmt.PairData(sp, *nmt.read_pairs(data, "val"), cfg.max_len)
     module = fine_tuner(cfg, model, sp, init, train, val, precision)
     module.val_score = metrics.corpus_scores  # the reporting scorer: BLEU, chrF, BERTScore F, length ratio
