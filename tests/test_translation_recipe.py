@@ -982,6 +982,28 @@ def test_mbr_dpo_starts_at_log_2_with_stored_reference_log_probs(recipe, tiny_mo
     assert module.preference_term(train.collate(list(range(20, 24)))) is None  # no MBR data there
 
 
+def test_pairs_over_max_len_leave_the_preference_term(recipe, mbr_module, caplog):
+    """The stored log-probabilities are of whole texts: a pair whose side or source training would cut is
+    left out of DPO (its target stays, cut); the others keep their whole token ids."""
+    from rerank.training_data import read_mbr_data
+
+    folder, train, sp = mbr_module
+    nmt = recipe.nmt
+    whole = nmt.MBRTargets.read(folder, sp, 100, train.src_text)
+    rows = {r["index"]: r for r in read_mbr_data(folder) if r["rejected"] is not None}
+    size = {i: max(len(sp.encode(r[k])) + 1 for k in ("chosen", "rejected", "prompt")) for i, r in rows.items()}
+    assert all(n <= 100 for n in size.values()) and set(whole.rejected) == set(rows)
+    limit = min(size.values())  # the shortest pairs fit, the others are cut (asserted below)
+    with caplog.at_level("WARNING"):
+        cut = nmt.MBRTargets.read(folder, sp, limit, train.src_text)
+    kept = {i for i, n in size.items() if n <= limit}
+    assert set(cut.rejected) == set(cut.ref_chosen) == set(cut.ref_rejected) == kept and 0 < len(kept) < len(rows)
+    assert f"{len(rows) - len(kept)} preference pairs left out" in caplog.text
+    for i in kept:
+        assert cut.rejected[i] == whole.rejected[i] and cut.target[i] == whole.target[i]
+    assert set(cut.target) == set(whole.target) and all(len(t) <= limit for t in cut.target.values())
+
+
 def test_dpo_refuses_reference_log_probs_of_another_model(recipe, tiny_model, mbr_module, tmp_path):
     folder, _, sp = mbr_module
     model, _ = recipe.load_model(tiny_model)

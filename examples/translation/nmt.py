@@ -661,9 +661,24 @@ class MBRTargets:
         for r in rows:
             if r["index"] >= len(sources) or sources[r["index"]] != r["prompt"]:
                 raise ValueError(f"{folder}: row {r['index']} is not the training source at that index")
-        ids = {r["index"]: sp.encode(r["chosen"])[: max_len - 1] + [EOS] for r in rows}
+        whole = {r["index"]: sp.encode(r["chosen"]) + [EOS] for r in rows}
+        ids = {i: t[: max_len - 1] + [EOS] if len(t) > max_len else t for i, t in whole.items()}
         pairs = [r for r in rows if r["rejected"] is not None and r.get("rejected_logp") is not None]
-        rej = {r["index"]: sp.encode(r["rejected"])[: max_len - 1] + [EOS] for r in pairs}
+        rej_whole = {r["index"]: sp.encode(r["rejected"]) + [EOS] for r in pairs}
+        # the stored log-probabilities are of the whole texts: a pair cut to max_len would compare a cut
+        # policy sequence with a whole reference one, so it leaves the preference term (its target stays, cut)
+        long = {i for i in rej_whole if len(rej_whole[i]) > max_len or len(whole[i]) > max_len}
+        cut = long | {i for i in rej_whole if len(sp.encode(sources[i])) + 1 > max_len}  # a cut source too
+        if cut:
+            logger.warning(
+                "%s: %d preference pairs left out: a side or the source is over max_len %d tokens (the stored "
+                "log-probabilities are of whole texts)",
+                folder,
+                len(cut),
+                max_len,
+            )
+        pairs = [r for r in pairs if r["index"] not in cut]
+        rej = {r["index"]: rej_whole[r["index"]] for r in pairs}
         return cls(
             ids, rej, {r["index"]: r["chosen_logp"] for r in pairs}, {r["index"]: r["rejected_logp"] for r in pairs}
         )
