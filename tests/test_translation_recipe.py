@@ -952,6 +952,13 @@ def test_mbr_data_summary_counts_what_the_folder_holds(recipe, mbr_module, tmp_p
         "shard-00001.jsonl": hashlib.sha256((folder / "shard-00001.jsonl").read_bytes()).hexdigest()
     }
     assert got["seconds"] == pytest.approx(cost) and got["cpu_hours"] == pytest.approx(sum(cost.values()) / 3600)
+    assert got["samples"]["distinct_mean"] == pytest.approx(sum(len(set(r["candidates"][:4])) for r in rows) / 6)
+    want = sum(sum(r["expected"][:4]) / 4 for r in rows) / 6
+    assert got["samples"]["expected_utility_mean"] == pytest.approx(want)
+    mbr_data.main(["--out", str(folder), "--summary", str(tmp_path / "first.json"), "--summary-shards", "1"])
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert first["sources"] == 6 and list(first["shards"]) == ["shard-00000.jsonl"]
+    assert first["words"]["beam"] == sum(len(r["beam"].split()) for r in read_mbr_data(folder) if r["index"] < 6)
 
 
 def test_mbr_distill_labels_are_mbr_targets_for_the_drawn_rows(recipe, tiny_model, mbr_module):

@@ -67,13 +67,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="--mix-from: re-rank the shards built so far (default: a shard missing from the input is an error)",
     )
     p.add_argument("--summary", default=None, help="write a summary of the folder --out to this JSON (no building)")
+    p.add_argument(
+        "--summary-shards",
+        type=int,
+        default=None,
+        help="--summary: only the shards numbered below this (to compare folders over the same sources)",
+    )
     add_overwrite_argument(p)
     return p
 
 
-def summarise(folder: Path) -> dict:
+def summarise(folder: Path, first_shards: int | None = None) -> dict:
     """A built folder's manifest, its shards (with SHA-256), sources, cost by stage and what the ranking chose:
-    the share of sources whose MBR-best is not the beam output and the mean utility of chosen, beam, rejected."""
+    the share of sources whose MBR-best is not the beam output, the mean utility of chosen, beam, rejected, and
+    how varied the samples are (distinct texts among the n, their mean expected utility: a model made peakier
+    by training draws fewer distinct samples). ``first_shards``: only the shards numbered below it."""
     import hashlib
     import statistics
 
@@ -88,6 +96,10 @@ def summarise(folder: Path) -> dict:
     records = {p.stem: json.loads(p.read_text()).get("cpu") for p in sorted(folder.glob("record-rank*.json"))}
     shards = sorted(folder.glob("shard-*.jsonl"))
     rows = read_mbr_data(folder, complete=False)
+    if first_shards is not None:
+        shards = [p for p in shards if int(p.stem.split("-")[1]) < first_shards]
+        rows = [r for r in rows if r["index"] < first_shards * manifest["config"]["shard_size"]]
+    listed = [r for r in rows if "candidates" in r]
     timing = {t["shard"]: t for t in map(json.loads, (folder / "timing.jsonl").read_text().splitlines()) if t}
     built = [int(p.stem.split("-")[1]) for p in shards]
     seconds: dict[str, float] = {}
@@ -109,6 +121,15 @@ def summarise(folder: Path) -> dict:
         },
         # whitespace words of each side over all rows: MBR-best shorter than the beam output is a length drift
         "words": {key: sum(len((r[key] or "").split()) for r in rows) for key in ("chosen", "beam", "rejected")},
+        # over the n samples of each source (beam output left out); a re-ranked folder's primary utility
+        "samples": {
+            "distinct_mean": statistics.mean(len(set(r["candidates"][: r["n"]])) for r in listed),
+            "expected_utility_mean": statistics.mean(
+                statistics.mean(r.get("expected_primary", r["expected"])[: r["n"]]) for r in listed
+            ),
+        }
+        if listed
+        else None,
         "seconds": seconds,
         "seconds_per_source": {k: v / n for k, v in seconds.items()},
         # a re-ranked folder (--mix-from) samples nothing: its cost is the second utility's MBR and log-probabilities
@@ -126,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         if not args.out:
             parser.error("--summary needs --out: the built folder to summarise")
         folder = ROOT / args.out if not Path(args.out).is_absolute() else Path(args.out)
-        summary = summarise(folder)
+        summary = summarise(folder, args.summary_shards)
         write_json(Path(args.summary), summary, overwrite=args.overwrite, allow_docs=True, flag="--summary")
         return
     rules = {"overwrite": args.overwrite, "allow_docs": args.out is not None, "flag": "--out"}
