@@ -509,10 +509,15 @@ def check_builder(model: Any, tokenizer: Any, folder: str | Path, rows: int = 4,
     manifest = json.loads((out / "manifest.json").read_text())
     first = next(iter(sorted(out.glob("shard-*.jsonl"))), None)
     lines = first.read_text(encoding="utf-8").splitlines() if first is not None else []
-    picked = [r for r in map(json.loads, filter(None, lines)) if r.get("chosen_logp") is not None][:rows]
+    codec = codec_from(tokenizer, model)
+    limit = getattr(model.config, "max_position_embeddings", None) or math.inf
+    picked = [  # sources the builder may have cut (too_long="truncate") are not compared
+        r
+        for r in map(json.loads, filter(None, lines))
+        if r.get("chosen_logp") is not None and len(codec.encode(r["prompt"])) <= limit
+    ][:rows]
     if not picked:
         return
-    codec = codec_from(tokenizer, model)
     was_training = model.training
     model.eval()
     try:
