@@ -20,7 +20,9 @@ source:
 Output is sharded (``shard-00000.jsonl`` …, ``shard_size`` sources each, in input order), each shard written
 atomically when complete and seeded by its own index, so a stopped run resumes losing at most one shard, and
 ``rank``/``world_size`` (one process per rank, shards ``rank, rank + world_size, …``) give the same files as
-one process. ``manifest.json`` records the settings; resuming with other settings is refused; ``timing.jsonl``
+one process. ``manifest.json`` records the settings (``precision`` as ``"auto"`` resolved on the machine that
+started the folder, since bf16 and float32 decoding sample different texts); resuming with other settings, or
+on a machine where ``"auto"`` resolves otherwise, is refused; ``timing.jsonl``
 logs the seconds of beam search, sampling, MBR and log-probabilities of each shard.
 """
 
@@ -32,7 +34,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -57,6 +59,7 @@ __all__ = [
     "codec_from",
     "pair_rows",
     "read_mbr_data",
+    "sampling_precision",
 ]
 
 logger = logging.getLogger(__name__)
@@ -144,7 +147,9 @@ class MBRDataConfig:
     ``k`` is ``seed + k``; ``too_long``: sources over the model's positions are ``"error"`` (one line naming
     the source) or ``"truncate"`` (cut, EOS kept, counted in the manifest); ``log_probs``: store the model's
     sequence log-probabilities of chosen and rejected; ``store_lists``: store every candidate and its
-    expected utility; ``precision``, ``token_budget``: of sampling (:class:`rerank.SamplingConfig`).
+    expected utility; ``precision``, ``token_budget``: of beam search and sampling
+    (:class:`rerank.SamplingConfig`; ``"auto"``: bf16 where the device computes it natively, see
+    :func:`sampling_precision`).
     """
 
     num_samples: int = 64
@@ -324,10 +329,9 @@ def _shard_rows(
     shard: int,
     utility: Any,
     seconds: dict[str, float],
+    bf16: bool,
 ) -> tuple[list[dict], int]:
     ids, cut = _source_ids(codec, sources, model_positions(model), config.too_long, offset)
-    device = next(model.parameters()).device
-    bf16 = config.precision == "bf16" or (config.precision == "auto" and native_bf16(device))
     t0 = time.perf_counter()
     beam_ids = _beam_ids(model, ids, config.beams, config.beam_budget, bf16) if config.beams else None
     t1 = time.perf_counter()
@@ -388,6 +392,13 @@ def _shard_rows(
     return rows, cut
 
 
+def sampling_precision(precision: str, device: torch.device | str = "cpu") -> Literal["32", "bf16"]:
+    """What ``precision`` (``"auto"``, ``"32"`` or ``"bf16"``) decodes in on ``device``: ``"bf16"`` or ``"32"``;
+    ``"auto"`` is bf16 only where the device computes it natively (:func:`rerank.sampling.native_bf16`), so
+    two kinds of machine sample different texts from the same ``"auto"`` settings."""
+    return "bf16" if precision == "bf16" or (precision == "auto" and native_bf16(device)) else "32"
+
+
 def _manifest(model: Any, sources: Sequence[str], config: MBRDataConfig, utility: Any) -> dict:
     name = getattr(model.config, "_name_or_path", "") or type(model).__name__
     return {
@@ -407,12 +418,26 @@ def _claim_folder(out: Path, manifest: dict, verb: str, *, write: bool = True) -
         old = json.loads(mpath.read_text())
         diff = sorted(k for k in manifest if old.get(k) != manifest[k])
         if diff:
+            hint = ""
+            was, now = dict(old.get("config") or {}), dict(manifest.get("config") or {})
+            if was.pop("precision", None) != now.pop("precision", None) and was == now:
+                hint = (
+                    f" (its shards were decoded in precision {old['config']['precision']!r}, this process would "
+                    f"decode in {manifest['config']['precision']!r}; 'auto' is bf16 only on a device with native "
+                    f"bf16: set precision={old['config']['precision']!r} to continue it as built)"
+                )
             raise ValueError(
-                f"{out} holds data {verb} with other settings ({', '.join(diff)} differ): "
+                f"{out} holds data {verb} with other settings ({', '.join(diff)} differ){hint}: "
                 "use another folder or remove it"
             )
     elif write:
         write_text(mpath, json.dumps(manifest, indent=1) + "\n", allow_docs=True)
+
+
+def _recorded_precision(out: Path) -> str | None:
+    """The precision that ``out/manifest.json`` records (None: no manifest yet)."""
+    mpath = out / "manifest.json"
+    return json.loads(mpath.read_text())["config"].get("precision") if mpath.exists() else None
 
 
 def build_mbr_data(
@@ -447,7 +472,20 @@ def build_mbr_data(
     util = get_utility(utility if utility is not None else config.utility)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    manifest = _manifest(model, sources, config, util)
+    resolved = sampling_precision(config.precision, next(model.parameters()).device)
+    bf16 = resolved == "bf16"
+    # the manifest records what "auto" resolved to here, so that a machine of another kind resuming the folder is
+    # refused instead of adding shards sampled in another precision; a folder from before this kept "auto"
+    stored = replace(config, precision=resolved)
+    if config.precision == "auto" and _recorded_precision(out) == "auto":
+        logger.warning(
+            "%s records precision 'auto' (made before the precision was resolved): this process decodes in %s; "
+            "shards built on another kind of machine may have been decoded otherwise",
+            out,
+            resolved,
+        )
+        stored = config
+    manifest = _manifest(model, sources, stored, util)
     _claim_folder(out, manifest, "built", write=rank == 0)
     shards = math.ceil(len(sources) / config.shard_size)
     names = [out / f"shard-{k:05d}.jsonl" for k in range(shards)]
@@ -466,7 +504,9 @@ def build_mbr_data(
                 continue
             lo = k * config.shard_size
             spent: dict[str, float] = {}
-            rows, cut = _shard_rows(model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent)
+            rows, cut = _shard_rows(
+                model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent, bf16
+            )
             truncated += cut
             write_text(names[k], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), allow_docs=True)
             with open(out / "timing.jsonl", "a", encoding="utf-8") as log:  # a log of cost, not part of the data

@@ -149,6 +149,45 @@ def test_resume_rebuilds_only_missing_shards_and_refuses_other_settings(model, t
     assert [r["index"] for r in read_mbr_data(out, complete=False)] == [4, 5]
 
 
+def test_auto_precision_is_recorded_as_resolved_and_another_kind_of_machine_is_refused(
+    model, tmp_path, monkeypatch, caplog
+):
+    """bf16 and float32 decoding sample different texts: a folder started where "auto" meant float32 must not
+    take shards from a machine where it means bf16 (and the other way round)."""
+    import dataclasses
+
+    import rerank.training_data as td
+
+    auto = dataclasses.replace(CONFIG, shard_size=4, precision="auto")
+    monkeypatch.setattr(td, "native_bf16", lambda device="cpu": False)  # a CPU without native bf16
+    out = tmp_path / "d"
+    build(model, out, auto, rank=0, world_size=2)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["precision"] == "32"
+    first = (out / "shard-00000.jsonl").read_text()
+    build(model, tmp_path / "explicit", CONFIG, rank=0, world_size=2)  # "32" given: the same shard, same manifest
+    assert (tmp_path / "explicit" / "shard-00000.jsonl").read_text() == first
+    assert (tmp_path / "explicit" / "manifest.json").read_text() == (out / "manifest.json").read_text()
+    monkeypatch.setattr(td, "native_bf16", lambda device="cpu": True)  # the same command on a bf16 machine
+    with pytest.raises(
+        ValueError,
+        match=r"config differ\) \(its shards were decoded in precision '32', this "
+        r"process would decode in 'bf16'.*set precision='32' to continue it as built\)",
+    ):
+        build(model, out, auto, rank=1, world_size=2)
+    assert not (out / "shard-00001.jsonl").exists()
+    build(model, out, dataclasses.replace(auto, precision="32"), rank=1, world_size=2)  # continued as built
+    assert [r["index"] for r in read_mbr_data(out)] == list(range(len(SOURCES)))
+    # a folder from before the precision was resolved records "auto": resumed, with a warning
+    manifest["config"]["precision"] = "auto"
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    (out / "shard-00001.jsonl").unlink()
+    with caplog.at_level("WARNING", logger="rerank.training_data"):
+        build(model, out, auto, rank=1, world_size=2)
+    assert "records precision 'auto'" in caplog.text and (out / "shard-00001.jsonl").exists()
+    assert td.sampling_precision("auto") == "bf16" and td.sampling_precision("32") == "32"
+
+
 def test_ranks_give_the_files_of_one_process(model, tmp_path):
     build(model, tmp_path / "one")
     assert build(model, tmp_path / "two", rank=1, world_size=2).files[0].name == "shard-00001.jsonl"
