@@ -17,7 +17,8 @@ texts computed by the generating model (stored ones are reused for texts that di
 The output folder has the input's layout (``read_mbr_data`` and the training code read it unchanged):
 the same shards (resumable, a stop loses at most one), rows in corpus order with ``expected`` = the mixed
 scores, ``expected_primary``/``expected_second`` = the two parts, ``utility`` = the mix's signature, and a
-manifest that records the input folder's manifest and the mix.
+manifest that records the input folder's manifest, where that folder is (``from_folder``: the samples' cost is
+counted from there by :func:`rerank.training_data.build_seconds`) and the mix.
 """
 
 from __future__ import annotations
@@ -94,13 +95,14 @@ def mixed_scores(primary: list[float], second: list[float], weight: float) -> li
     return ((1.0 - weight) * _standardised(a) + weight * _standardised(b)).tolist()
 
 
-def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any) -> dict:
+def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any, folder: Path) -> dict:
     blob = json.dumps(source, sort_keys=True).encode()
     out = {k: v for k, v in source.items() if k != "utility"}
     w = float(config.weight)
     out["utility"] = f"mix:z|{1.0 - w:g}*[{source['utility']}]+{w:g}*[{util.signature()}]"
     out["mix"] = {**asdict(config), "pairing": pairing, "second": util.signature()}
     out["from_manifest_sha256"] = hashlib.sha256(blob).hexdigest()[:16]
+    out["from_folder"] = str(folder.resolve())  # where the samples are (their cost: rerank.training_data.build_seconds)
     return out
 
 
@@ -196,7 +198,7 @@ def remix_mbr_data(
         raise ValueError(f"{src} was built without store_lists: there are no candidate lists to re-rank")
     pairing = config.pairing or source["config"]["pairing"]
     util = get_utility(utility if utility is not None else config.utility)
-    manifest = _mix_manifest(source, config, pairing, util)
+    manifest = _mix_manifest(source, config, pairing, util, src)
     out = Path(out_dir)
     if out.resolve() == src.resolve():
         raise ValueError("out_dir must differ from in_dir: the input folder is kept as it is")

@@ -55,6 +55,7 @@ __all__ = [
     "MBRDataResult",
     "build_mbr_data",
     "build_mbr_data_distributed",
+    "build_seconds",
     "check_builder",
     "codec_from",
     "pair_rows",
@@ -411,12 +412,16 @@ def _manifest(model: Any, sources: Sequence[str], config: MBRDataConfig, utility
     }
 
 
+# Manifest keys that say where an input was, not what it held (a moved folder resumes): never compared.
+_LOCATION_KEYS = ("from_folder",)
+
+
 def _claim_folder(out: Path, manifest: dict, verb: str, *, write: bool = True) -> None:
     """Refuse ``out`` when its ``manifest.json`` records other settings; else write ``manifest`` there (``write``)."""
     mpath = out / "manifest.json"
     if mpath.exists():
         old = json.loads(mpath.read_text())
-        diff = sorted(k for k in manifest if old.get(k) != manifest[k])
+        diff = sorted(k for k in manifest if k not in _LOCATION_KEYS and old.get(k) != manifest[k])
         if diff:
             hint = ""
             was, now = dict(old.get("config") or {}), dict(manifest.get("config") or {})
@@ -537,6 +542,57 @@ def read_mbr_data(out_dir: str | Path, *, complete: bool = True) -> list[dict]:
             continue
         rows.extend(json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line)
     return rows
+
+
+def _shard_seconds(folder: Path) -> dict[str, float]:
+    """Seconds by stage of the shards of ``folder`` (``timing.jsonl``; a shard built twice counts its last build)."""
+    log = folder / "timing.jsonl"
+    if not log.is_file():
+        raise FileNotFoundError(f"{log} is missing: {folder} holds no record of what its shards cost")
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    seconds: dict[str, float] = {}
+    for row in {r["shard"]: r for r in rows}.values():
+        for stage, value in row["seconds"].items():
+            seconds[stage] = seconds.get(stage, 0.0) + float(value)
+    return seconds
+
+
+def build_seconds(folder: str | Path) -> dict[str, float]:
+    """What the data in ``folder`` cost to build: seconds by stage summed over its shards (a shard built
+    twice counts its last build; per process, so with one thread a process these are core-seconds).
+
+    A folder of :func:`build_mbr_data` gives ``beam``, ``sampling``, ``mbr``, ``log_probs``. A folder
+    re-ranked from another (:func:`rerank.mixed_ranking.remix_mbr_data`) holds no samples of its own: it gives
+    the input folder's stages (followed through its manifest's ``from_folder``, checked against the input's
+    manifest digest) plus its own as ``remix_mbr`` and ``remix_log_probs``, so that ``sum(...)`` is the cost
+    of the data as a whole, not of the last step.
+    """
+    out = Path(folder)
+    mpath = out / "manifest.json"
+    if not mpath.is_file():
+        raise FileNotFoundError(f"{mpath} is missing: {out} is not a folder of MBR data")
+    manifest = json.loads(mpath.read_text())
+    own = _shard_seconds(out)
+    if "mix" not in manifest:
+        return own
+    src = manifest.get("from_folder")
+    if not src:
+        raise ValueError(
+            f"{out} was re-ranked from another folder that its manifest does not name (made before re-ranked "
+            'folders recorded it): add "from_folder": "<the folder it was re-ranked from>" to its manifest.json; '
+            "the samples' cost is part of the data's"
+        )
+    source = Path(src)
+    source_manifest = source / "manifest.json"
+    if not source_manifest.is_file():
+        raise FileNotFoundError(
+            f"{out} was re-ranked from {source}, which is gone: the samples' cost is part of the data's "
+            f'(set "from_folder" in {mpath} to where that folder is now)'
+        )
+    digest = hashlib.sha256(json.dumps(json.loads(source_manifest.read_text()), sort_keys=True).encode())
+    if digest.hexdigest()[:16] != manifest.get("from_manifest_sha256"):
+        raise ValueError(f"{source} holds other data than {out} was re-ranked from (its manifest differs)")
+    return {**build_seconds(source), **{f"remix_{stage}": value for stage, value in own.items()}}
 
 
 def check_builder(model: Any, tokenizer: Any, folder: str | Path, rows: int = 4, *, token_budget: int = 16384) -> None:

@@ -1,5 +1,5 @@
 """Re-ranking built MBR data by a mix of utilities (``rerank.mixed_ranking``): the mix by hand, the weights'
-ends, the new reference log-probabilities, resumption, a partly built input and clear errors."""
+ends, the new reference log-probabilities, resumption, a partly built input, the data's cost and clear errors."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 
 from rerank import mbr
 from rerank.mixed_ranking import MixConfig, mixed_scores, remix_mbr_data
-from rerank.training_data import MBRDataConfig, read_mbr_data
+from rerank.training_data import MBRDataConfig, build_seconds, read_mbr_data
 
 from .test_training_data import SOURCES, WordCodec, assert_teacher_forced_log_probs, build, tiny_bart_model
 
@@ -157,3 +157,54 @@ def test_mixed_scores_by_hand():
     assert mixed_scores([0.9, 0.9], [1.0, 3.0], 0.25) == pytest.approx([-0.25, 0.25])
     with pytest.raises(ValueError, match="2 second"):
         mixed_scores([1.0], [1.0, 2.0], 0.5)
+
+
+def _timing_sums(folder):
+    rows = [json.loads(line) for line in (folder / "timing.jsonl").read_text().splitlines() if line]
+    last = {r["shard"]: r["seconds"] for r in rows}
+    return {stage: sum(sec[stage] for sec in last.values()) for stage in next(iter(last.values()))}
+
+
+def test_the_cost_of_re_ranked_data_counts_the_samples_it_was_made_from(model, built, tmp_path):
+    own = _timing_sums(built)
+    assert set(own) == {"beam", "sampling", "mbr", "log_probs"} and own["sampling"] > 0
+    assert build_seconds(built) == pytest.approx(own)
+    moved = tmp_path / "moved-base"
+    shutil.copytree(built, moved)
+    out = tmp_path / "m"
+    remix(model, moved, out)
+    remix_own = _timing_sums(out)
+    got = build_seconds(out)
+    # the samples' cost, where the re-ranking alone would have counted only its own seconds
+    assert got == pytest.approx({**own, "remix_mbr": remix_own["mbr"], "remix_log_probs": remix_own["log_probs"]})
+    assert sum(got.values()) > sum(remix_own.values()) + own["sampling"] - 1e-9
+    # a shard built twice counts its last build
+    with open(out / "timing.jsonl", "a") as log:
+        log.write(json.dumps({"shard": 0, "sources": 4, "seconds": {"mbr": 100.0, "log_probs": 1.0}}) + "\n")
+    assert build_seconds(out)["remix_mbr"] == pytest.approx(remix_own["mbr"] - _first(out, "mbr") + 100.0)
+    # the input moved: the manifest says where it was; a moved re-ranked folder still resumes
+    shutil.move(str(moved), str(tmp_path / "elsewhere"))
+    with pytest.raises(FileNotFoundError, match="which is gone"):
+        build_seconds(out)
+    remix(model, tmp_path / "elsewhere", out)  # every shard there: resumes (nothing to build), not refused
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["from_folder"] = str(tmp_path / "elsewhere")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    assert build_seconds(out)["sampling"] == pytest.approx(own["sampling"])
+    # another input at that place, or a folder re-ranked before the manifest named its input
+    other = json.loads((tmp_path / "elsewhere" / "manifest.json").read_text())
+    other["config"]["seed"] += 1
+    (tmp_path / "elsewhere" / "manifest.json").write_text(json.dumps(other))
+    with pytest.raises(ValueError, match="other data than"):
+        build_seconds(out)
+    del manifest["from_folder"]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ValueError, match="does not name"):
+        build_seconds(out)
+    with pytest.raises(FileNotFoundError, match="not a folder of MBR data"):
+        build_seconds(tmp_path / "nothing")
+
+
+def _first(folder, stage):
+    rows = [json.loads(line) for line in (folder / "timing.jsonl").read_text().splitlines() if line]
+    return next(r["seconds"][stage] for r in rows if r["shard"] == 0)

@@ -9,6 +9,7 @@ stage-2 arm's loss decreases; stage 2 pauses and resumes exactly and keeps the b
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import math
@@ -928,7 +929,6 @@ def test_mbr_targets_are_the_built_rows(recipe, tiny_model, mbr_module):
 def test_mbr_data_summary_counts_what_the_folder_holds(recipe, mbr_module, tmp_path):
     """``mbr_data.py --summary``: sources, pairs, the MBR-best ≠ beam share and mean utilities from the rows,
     each shard's SHA-256, and the cost of the shards present only (a copy of some shards counts those)."""
-    import hashlib
     import shutil
 
     from rerank.training_data import read_mbr_data
@@ -1117,6 +1117,7 @@ def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
         {"shard": 1, "sources": 4, "seconds": {"beam": 1.0, "sampling": 3.0, "mbr": 3.0, "log_probs": 1.0}},  # rebuilt
     ]
     (data / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
+    (data / "manifest.json").write_text(json.dumps({"format": 1, "sources": 8, "config": {"shard_size": 4}}))
     for name, r in {
         "mbr-dpo-seed0": {
             "arm": "mbr-dpo",
@@ -1133,6 +1134,23 @@ def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
     updates, basis = recipe.run_length(cfg, 100)
     assert basis["data_seconds"] == 16.0  # shard 0 (8 s) + shard 1's last build (8 s)
     assert updates == 16 + 8 and basis["data_updates"] == 8  # (32 s training + 16 s data) / 2 s per ce update
+    # data re-ranked by a mix: the samples it was re-ranked from count too, not the re-ranking alone
+    mixed = tmp_path / "mbr-data-mix"
+    mixed.mkdir()
+    remix_timing = {"shard": 0, "sources": 8, "seconds": {"mbr": 2.0, "log_probs": 2.0}}
+    (mixed / "timing.jsonl").write_text(json.dumps(remix_timing))
+    digest = hashlib.sha256(json.dumps(json.loads((data / "manifest.json").read_text()), sort_keys=True).encode())
+    mix_manifest = {"format": 1, "sources": 8, "mix": {"weight": 0.5}, "from_manifest_sha256": digest.hexdigest()[:16]}
+    (mixed / "manifest.json").write_text(json.dumps({**mix_manifest, "from_folder": str(data)}))
+    result = json.loads((tmp_path / "s2" / "mbr-dpo-seed0" / "result.json").read_text())
+    result["config"]["mbr_data"] = str(mixed)
+    (tmp_path / "s2" / "mbr-dpo-seed0" / "result.json").write_text(json.dumps(result))
+    updates, basis = recipe.run_length(cfg, 100)
+    assert basis["data_seconds"] == 20.0 and updates == 16 + 10  # 16 s of samples + 4 s of re-ranking
+    (mixed / "manifest.json").write_text(json.dumps(mix_manifest))
+    with pytest.raises(SystemExit, match="does not name"):
+        recipe.run_length(cfg, 100)
     (data / "timing.jsonl").unlink()
+    (mixed / "manifest.json").write_text(json.dumps({**mix_manifest, "from_folder": str(data)}))
     with pytest.raises(SystemExit, match="timing.jsonl is missing"):
         recipe.run_length(cfg, 100)

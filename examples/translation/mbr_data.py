@@ -90,9 +90,10 @@ def summarise(folder: Path, first_shards: int | None = None) -> dict:
     from rerank.training_data import read_mbr_data
 
     manifest = json.loads((folder / "manifest.json").read_text())
-    model = Path(manifest.get("model", ""))
-    if model.is_absolute() and model.is_relative_to(ROOT):
-        manifest["model"] = str(model.relative_to(ROOT))  # no machine path in a published summary
+    for key in ("model", "from_folder"):  # no machine path in a published summary
+        path = Path(manifest.get(key, ""))
+        if path.is_absolute() and path.is_relative_to(ROOT):
+            manifest[key] = str(path.relative_to(ROOT))
     records = {p.stem: json.loads(p.read_text()).get("cpu") for p in sorted(folder.glob("record-rank*.json"))}
     shards = sorted(folder.glob("shard-*.jsonl"))
     rows = read_mbr_data(folder, complete=False)

@@ -602,16 +602,18 @@ def run_length(cfg: Stage2Config, per_epoch: int) -> tuple[int, dict | None]:
 
 
 def data_seconds(sem: dict) -> float:
-    """Seconds the MBR data of an ``mbr-*`` run took to build, summed over the shards it had (its
-    ``timing.jsonl``: beam search, sampling, MBR and log-probabilities); 0 for other arms."""
+    """Seconds the MBR data of an ``mbr-*`` run took to build (:func:`rerank.training_data.build_seconds`:
+    beam search, sampling, MBR and log-probabilities of its shards, and for data re-ranked by a mix, those of
+    the folder it was re-ranked from besides the re-ranking); 0 for other arms."""
+    from rerank.training_data import build_seconds
+
     folder = sem.get("config", {}).get("mbr_data")
     if not str(sem.get("arm", "")).startswith("mbr-") or not folder:
         return 0.0
-    log = resolve(folder) / "timing.jsonl"
-    if not log.is_file():
-        raise SystemExit(f"equal_time: {log} is missing: the data's cost is part of the arm's time")
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    return float(sum(sum(r["seconds"].values()) for r in {r["shard"]: r for r in rows}.values()))
+    try:
+        return float(sum(build_seconds(resolve(folder)).values()))
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"equal_time: {err} (the data's cost is part of the arm's time)") from None
 
 
 def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
