@@ -366,6 +366,18 @@ def test_equal_time_length_comes_from_the_runs(recipe, tmp_path):
     rows32 = recipe.dataclasses.replace(cfg, equal_time=str(mrt), time_ratio=str(bench))
     updates, basis = recipe.run_length(rows32, 100)
     assert updates == 160 and basis["ratio_arm"] == "mrt-rows32"  # 40 updates × 4.0
+    # two arms timed with the run's cost settings at different ratios (DPO on other pairs): never the first silently
+    arms["mrt-rows32-other-data"] = {"arm": "mrt", "options": {"arm": "mrt", "semantic_rows": 32}, "ratio_to_ce": 5.0}
+    bench.write_text(json.dumps({"batch_tokens": 100, "arms": arms}))
+    with pytest.raises(SystemExit, match=r"different ratios \(mrt-rows32 4, mrt-rows32-other-data 5\)"):
+        recipe.run_length(rows32, 100)
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(rows32, time_ratio_arm="mrt-rows32-other-data"), 100)
+    assert updates == 200 and basis["ratio_arm"] == "mrt-rows32-other-data"  # 40 × 5.0
+    for label, match in (("nope", "no such arm"), ("mrt", "timed with other settings")):
+        with pytest.raises(SystemExit, match=match):
+            recipe.run_length(recipe.dataclasses.replace(rows32, time_ratio_arm=label), 100)
+    del arms["mrt-rows32-other-data"]
+    bench.write_text(json.dumps({"batch_tokens": 100, "arms": arms}))
     full = result(tmp_path / "s4" / "mrt-seed1", arm="mrt", seed=1, updates=40, train_seconds=9.0, config={})
     updates, basis = recipe.run_length(recipe.dataclasses.replace(rows32, equal_time=str(full)), 100)
     assert updates == 400 and basis["ratio_arm"] == "mrt"  # 40 × 10.0

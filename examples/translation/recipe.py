@@ -530,6 +530,9 @@ class Stage2Config:
     patience: int | None = None  # with val_every: stop after this many validations without a better score
     equal_time: str | None = None  # a semantic arm's run (same seed): train this ce run for as long as it trained
     time_ratio: float | str | None = None  # that arm's s/update ÷ ce's: a number or a benchmark JSON (ratio_to_ce)
+    # time_ratio as a benchmark JSON: the label of the arm to use where several were timed with the run's cost
+    # settings at different ratios (e.g. mbr-dpo on other pairs or data)
+    time_ratio_arm: str | None = None
     max_minutes: float | None = None  # pause this invocation after so many minutes (a checkpoint; rerun to go on)
     stop_at: int | None = None  # pause this invocation after this update (a checkpoint; rerun to go on)
     eval_sets: list[str] = field(default_factory=lambda: ["val", "test_2016_flickr"])
@@ -661,7 +664,7 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
             if not bench.is_file():
                 raise SystemExit(f"time_ratio {ratio}: no such file")
             timing = json.loads(bench.read_text())
-            label, ratio = benchmark_ratio(timing, sem, str(ratio))
+            label, ratio = benchmark_ratio(timing, sem, str(ratio), cfg.time_ratio_arm)
             basis.update(ratio_from=str(bench), ratio_arm=label, ratio_batch_tokens=timing.get("batch_tokens"))
             if timing.get("batch_tokens") not in (None, cfg.batch_tokens):
                 logger.warning(
@@ -705,10 +708,11 @@ def cost_settings(arm: str, settings: dict) -> dict:
     return {"arm": arm, **{k: settings.get(k, defaults[k]) for k in COST_SETTINGS}}
 
 
-def benchmark_ratio(timing: dict, sem: dict, source: str) -> tuple[str, float]:
+def benchmark_ratio(timing: dict, sem: dict, source: str, label: str | None = None) -> tuple[str, float]:
     """(label, ratio_to_ce) of the arm in a ``benchmarks/translation_arms.py`` JSON timed with the semantic
     run's arm and cost settings (``COST_SETTINGS``); the older ``{"ratio_to_ce": {arm: r}}`` is by arm name.
-    """
+    ``label``: the benchmark arm to use (it must match those settings); needed where several match at
+    different ratios."""
     if "arms" not in timing:
         ratios = timing.get("ratio_to_ce", {})
         if sem["arm"] not in ratios:
@@ -719,7 +723,22 @@ def benchmark_ratio(timing: dict, sem: dict, source: str) -> tuple[str, float]:
         label: cost_settings(a.get("arm", label), a.get("settings", a.get("options", {})))
         for label, a in timing["arms"].items()
     }
-    matches = [label for label, s in timed.items() if s == run]
+    matches = [name for name, s in timed.items() if s == run]
+    if label is not None:
+        if label not in timed:
+            raise SystemExit(f"time_ratio_arm {label!r}: no such arm in {source} (has {sorted(timed)})")
+        if label not in matches:
+            raise SystemExit(
+                f"time_ratio_arm {label!r} in {source} was timed with other settings than this run's: "
+                f"{timed[label]} against {run}"
+            )
+        return label, timing["arms"][label]["ratio_to_ce"]
+    if len({timing["arms"][name]["ratio_to_ce"] for name in matches}) > 1:
+        ratios = ", ".join(f"{name} {timing['arms'][name]['ratio_to_ce']:.3g}" for name in matches)
+        raise SystemExit(
+            f"time_ratio {source}: several arms were timed with this run's settings at different ratios "
+            f"({ratios}): set time_ratio_arm to the one timed as this run trained"
+        )
     if not matches:
         changed = {k: v for k, v in run.items() if k == "arm" or v != cost_settings("", {})[k]}
         raise SystemExit(
