@@ -1159,6 +1159,18 @@ def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
     (tmp_path / "s2" / "mbr-dpo-seed0" / "result.json").write_text(json.dumps(result))
     updates, basis = recipe.run_length(cfg, 100)
     assert basis["data_seconds"] == 20.0 and updates == 16 + 10  # 16 s of samples + 4 s of re-ranking
+    # from a benchmark JSON: the arm's updates × its ratio, the data at the benchmark ce's CPU seconds an update
+    # (its wall seconds grow with the other jobs beside it; the data's are a core's own)
+    bench = tmp_path / "speed.json"
+    ce = {"arm": "ce", "settings": {}, "ratio_to_ce": 1.0, "seconds_per_update": 4.0, "cpu_seconds_per_update": 1.0}
+    arms = {"ce": ce, "mbr-dpo": {"arm": "mbr-dpo", "settings": {}, "ratio_to_ce": 2.5}}
+    bench.write_text(json.dumps({"batch_tokens": 2048, "arms": arms}))
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    assert updates == 25 + 20 and basis["ce_clock"] == "cpu"  # 10 updates × 2.5 + 20 s / 1 s
+    del arms["ce"]["cpu_seconds_per_update"]
+    bench.write_text(json.dumps({"batch_tokens": 2048, "arms": arms}))
+    updates, basis = recipe.run_length(recipe.dataclasses.replace(cfg, time_ratio=str(bench)), 100)
+    assert updates == 25 + 5 and basis["ce_clock"] == "wall"  # an older JSON: its wall seconds
     (mixed / "manifest.json").write_text(json.dumps(mix_manifest))
     with pytest.raises(SystemExit, match="does not name"):
         recipe.run_length(cfg, 100)

@@ -679,12 +679,15 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
         updates = round(trained * ratio)
         data = data_seconds(sem)
         if data:  # an mbr-* arm's data generation, in updates of ce at the benchmark's ce speed
-            ce_speed = (timing.get("arms", {}).get("ce", {}) if isinstance(cfg.time_ratio, str) else {}).get(
-                "seconds_per_update"
-            )
+            # its CPU seconds where recorded: the data's are one thread's seconds on a core of its own, and the
+            # benchmark's wall seconds grow with whatever else ran beside it
+            ce = timing.get("arms", {}).get("ce", {}) if isinstance(cfg.time_ratio, str) else {}
+            clock = "cpu" if ce.get("cpu_seconds_per_update") else "wall"
+            ce_speed = ce.get("cpu_seconds_per_update") or ce.get("seconds_per_update")
             if not ce_speed:
                 raise SystemExit("equal_time of an mbr-* arm needs the ce run beside it or a benchmark JSON with ce")
-            basis.update(data_seconds=data, data_updates=round(data / ce_speed))
+            basis.update(data_seconds=data, ce_seconds_per_update=ce_speed, ce_clock=clock)
+            basis["data_updates"] = round(data / ce_speed)
             updates += basis["data_updates"]
     basis["updates"] = max(1, updates)
     logger.info("equal time: %s", basis)
