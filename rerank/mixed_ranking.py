@@ -23,7 +23,6 @@ counted from there by :func:`rerank.training_data.build_seconds`) and the mix.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -47,6 +46,7 @@ from .training_data import (
     _target_ids,
     check_builder,
     codec_from,
+    manifest_digest,
     pair_rows,
 )
 
@@ -96,12 +96,11 @@ def mixed_scores(primary: list[float], second: list[float], weight: float) -> li
 
 
 def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any, folder: Path) -> dict:
-    blob = json.dumps(source, sort_keys=True).encode()
     out = {k: v for k, v in source.items() if k != "utility"}
     w = float(config.weight)
     out["utility"] = f"mix:z|{1.0 - w:g}*[{source['utility']}]+{w:g}*[{util.signature()}]"
     out["mix"] = {**asdict(config), "pairing": pairing, "second": util.signature()}
-    out["from_manifest_sha256"] = hashlib.sha256(blob).hexdigest()[:16]
+    out["from_manifest_sha256"] = manifest_digest(source)
     out["from_folder"] = str(folder.resolve())  # where the samples are (their cost: rerank.training_data.build_seconds)
     return out
 
