@@ -43,10 +43,10 @@ from .training_data import (
     MBRDataResult,
     _claim_folder,
     _log_probs,
+    _manifest_digest,
     _target_ids,
     check_builder,
     codec_from,
-    manifest_digest,
     pair_rows,
 )
 
@@ -100,7 +100,7 @@ def _mix_manifest(source: dict, config: MixConfig, pairing: str, util: Any, fold
     w = float(config.weight)
     out["utility"] = f"mix:z|{1.0 - w:g}*[{source['utility']}]+{w:g}*[{util.signature()}]"
     out["mix"] = {**asdict(config), "pairing": pairing, "second": util.signature()}
-    out["from_manifest_sha256"] = manifest_digest(source)
+    out["from_manifest_sha256"] = _manifest_digest(source)
     out["from_folder"] = str(folder.resolve())  # where the samples are (their cost: rerank.training_data.build_seconds)
     return out
 

@@ -589,7 +589,7 @@ def build_seconds(folder: str | Path) -> dict[str, float]:
             f"{out} was re-ranked from {source}, which is gone: the samples' cost is part of the data's "
             f'(set "from_folder" in {mpath} to where that folder is now)'
         )
-    if manifest_digest(json.loads(source_manifest.read_text())) != manifest.get("from_manifest_sha256"):
+    if _manifest_digest(json.loads(source_manifest.read_text())) != manifest.get("from_manifest_sha256"):
         raise ValueError(f"{source} holds other data than {out} was re-ranked from (its manifest differs)")
     seconds = build_seconds(source)  # a re-ranking of a re-ranked folder adds to its remix_* stages
     for stage, value in own.items():
@@ -597,7 +597,7 @@ def build_seconds(folder: str | Path) -> dict[str, float]:
     return seconds
 
 
-def manifest_digest(manifest: dict) -> str:
+def _manifest_digest(manifest: dict) -> str:
     """16 hex digits of SHA-256 over ``manifest`` (keys sorted): how a re-ranked folder names its input's."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:16]
 
