@@ -855,6 +855,33 @@ def test_report_adds_the_judge_when_every_run_was_judged(recipe, tmp_path: Path)
 
 
 @pytest.mark.slow
+def test_equal_time_report_counts_the_data_and_adds_the_judge(recipe, tmp_path: Path) -> None:
+    """The equal-time table shows the arm's data seconds beside its training's, and the judge's F and p."""
+    nmt = recipe.nmt
+    refs = nmt.read_pairs(SAMPLE, "val")[1]
+    hyps = {"ce": refs[:-2] + ["a dog .", "a cat ."], "mbr-dpo": refs[:-1] + ["a dog ."]}
+    for folder, arm, judge in [("stage2", "mbr-dpo", 91.5), ("equal-time", "ce", 90.0)]:
+        run = tmp_path / folder / f"{arm}-seed0"
+        run.mkdir(parents=True)
+        scores = {"bleu": 40.0, "chrf": 60.0, "bertscore_f": 88.0, "length_ratio": 1.0, "judge_f": judge}
+        result = {"arm": arm, "seed": 0, "eval": {"val": scores}, "train_seconds": 300.0, "updates_trained": 100}
+        result["config"] = {"data": str(SAMPLE), "eval_limit": None}
+        if arm == "ce":
+            result["equal_time"] = {"arm": "mbr-dpo", "arm_updates": 20, "data_seconds": 1234.0}
+        (run / "result.json").write_text(json.dumps(result))
+        (run / "val.hyp.en").write_text("".join(line + "\n" for line in hyps[arm]))
+    rows = recipe.equal_time_table(recipe.load_runs(str(tmp_path / "stage2")), str(tmp_path / "equal-time"), "val")
+    assert "| arm's data s |" in rows[0] and "`ce` judge F (mpnet) |" in rows[0] and "arm judge F (mpnet) |" in rows[0]
+    assert rows[1].count("---") == 14
+    assert rows[2].startswith("| mbr-dpo | 0 | 300 ± 0 | 1234 ± 0 | 100 (20) | 40.00 ± 0.00 |")
+    assert "| 90.00 ± 0.00 | 40.00 ± 0.00 |" in rows[2] and "| 91.50 ± 0.00 |" in rows[2]
+    p = recipe.metrics.paired_bootstrap(hyps["ce"], hyps["mbr-dpo"], refs, with_judge=True)
+    assert rows[2].endswith(
+        f"s0: {p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f} / {p['judge_p']:.3f} |"
+    )
+
+
+@pytest.mark.slow
 def test_arms_benchmark_records_what_times_a_run(recipe, tiny_model, tmp_path):
     """benchmarks/translation_arms.py writes each arm's cost settings; an equal-time control reads the ratio
     of the arm timed with its semantic run's settings."""

@@ -1314,16 +1314,25 @@ def training_table(runs: dict) -> list[str]:
 
 
 def equal_time_table(runs: dict, folder: str, split: str) -> list[str]:
-    """Each semantic arm against a ``ce`` run trained for as long as that arm trained (same seed, same rule)."""
+    """Each semantic arm against a ``ce`` run trained for as long as that arm trained (same seed, same rule):
+    the arm's training seconds and, for an ``mbr-*`` arm, its data's (both counted in the ``ce`` run's length).
+    When every run scored ``split`` with the independent judge (``judge_f``), its F and p are columns too."""
     control: dict[tuple[str, int], tuple[dict, Path]] = {}
     for path in sorted(resolve(folder).glob("**/ce-seed*/result.json")):
         r = json.loads(path.read_text())
         if r.get("equal_time"):
             control[(r["equal_time"]["arm"], r["seed"])] = (r, path.parent)
+    pairs = [(c, runs[key][0]) for key, (c, _) in control.items() if key in runs]
+    judge = bool(pairs) and all("judge_f" in r["eval"][split] for pair in pairs for r in pair if split in r["eval"])
+    keys = ("bleu", "chrf", "bertscore_f") + (("judge_f",) if judge else ())
+    names = ["BLEU", "chrF", "BERTScore F"] + (["judge F (mpnet)"] if judge else [])
     lines = [
-        "| arm | seeds | arm's train s | `ce` updates in that time (arm's) | `ce` BLEU | `ce` chrF | `ce` BERTScore F "
-        "| arm BLEU | arm chrF | arm BERTScore F | p (BLEU / chrF / BERTScore) arm vs `ce` per seed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| arm | seeds | arm's train s | arm's data s | `ce` updates in that time (arm's) | "
+        + " | ".join(f"`ce` {n}" for n in names)
+        + " | "
+        + " | ".join(f"arm {n}" for n in names)
+        + f" | p ({' / '.join(n.split(' (')[0] for n in names)}) arm vs `ce` per seed |",
+        "| --- " * (6 + 2 * len(keys)) + "|",
     ]
     if not control:
         return lines
@@ -1334,13 +1343,17 @@ def equal_time_table(runs: dict, folder: str, split: str) -> list[str]:
             continue
         ce = [control[(arm, s)][0] for s in seeds]
         sem = [runs[(arm, s)][0] for s in seeds]
-        pvals = "; ".join(f"s{s}: {p_values(control[(arm, s)][1], runs[(arm, s)][1], split, refs)}" for s in seeds)
+        pvals = "; ".join(
+            f"s{s}: {p_values(control[(arm, s)][1], runs[(arm, s)][1], split, refs, judge)}" for s in seeds
+        )
         updates = ", ".join(f"{c['updates_trained']} ({c['equal_time']['arm_updates']})" for c in ce)
+        data = mean_sd([c["equal_time"].get("data_seconds", 0.0) for c in ce], 0)
         lines.append(
-            f"| {arm} | {','.join(map(str, seeds))} | {mean_sd([r['train_seconds'] for r in sem], 0)} | {updates} | "
-            + " | ".join(mean_sd([r["eval"][split][k] for r in ce]) for k in ("bleu", "chrf", "bertscore_f"))
+            f"| {arm} | {','.join(map(str, seeds))} | {mean_sd([r['train_seconds'] for r in sem], 0)} | {data} | "
+            f"{updates} | "
+            + " | ".join(mean_sd([r["eval"][split][k] for r in ce]) for k in keys)
             + " | "
-            + " | ".join(mean_sd([r["eval"][split][k] for r in sem]) for k in ("bleu", "chrf", "bertscore_f"))
+            + " | ".join(mean_sd([r["eval"][split][k] for r in sem]) for k in keys)
             + f" | {pvals} |"
         )
     return lines
