@@ -879,6 +879,13 @@ def test_equal_time_report_counts_the_data_and_adds_the_judge(recipe, tmp_path: 
     assert rows[2].endswith(
         f"s0: {p['bleu_p']:.3f} / {p['chrf_p']:.3f} / {p['bertscore_p']:.3f} / {p['judge_p']:.3f} |"
     )
+    # a split the control decoded and the arm did not: no row (not a KeyError)
+    runs = recipe.load_runs(str(tmp_path / "stage2"))
+    control = tmp_path / "equal-time" / "ce-seed0" / "result.json"
+    result = json.loads(control.read_text())
+    result["eval"]["test_2016_flickr"] = result["eval"]["val"]
+    control.write_text(json.dumps(result))
+    assert len(recipe.equal_time_table(runs, str(tmp_path / "equal-time"), "test_2016_flickr")) == 2
 
 
 @pytest.mark.slow

@@ -1338,7 +1338,11 @@ def equal_time_table(runs: dict, folder: str, split: str) -> list[str]:
         return lines
     refs = references(control, split)
     for arm in nmt.ARMS[1:]:
-        seeds = sorted(s for a, s in control if a == arm and (arm, s) in runs and split in control[(a, s)][0]["eval"])
+        seeds = sorted(
+            s
+            for a, s in control
+            if a == arm and (a, s) in runs and split in control[(a, s)][0]["eval"] and split in runs[(a, s)][0]["eval"]
+        )
         if not seeds:
             continue
         ce = [control[(arm, s)][0] for s in seeds]
