@@ -10,21 +10,52 @@ from __future__ import annotations
 import csv
 import io
 import os
+import stat
 import sys
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 BOM = "\ufeff"
 
 
 def check_input_file(path: str | os.PathLike, what: str = "input") -> Path:
-    """``path`` as a Path; FileNotFoundError / IsADirectoryError naming it (and ``what`` it is)."""
+    """``path`` as a Path when it can be read as a stream of lines: a file, a FIFO, a pipe or a character
+    device (``/dev/stdin``, ``/dev/fd/N`` of a process substitution, ``/dev/null``). Checked with ``stat``
+    only, so a pipe is not consumed. An error naming it (and ``what`` it is) otherwise: FileNotFoundError
+    (missing, or a link to nothing), IsADirectoryError, PermissionError (a folder on the way not searchable),
+    OSError for the rest."""
     p = Path(path)
-    if p.is_dir():
+    try:
+        st = os.stat(p)
+    except FileNotFoundError:
+        if os.path.islink(p):
+            target = os.readlink(p)
+            raise FileNotFoundError(f"{what} {str(p)!r} is a link to {target!r}, which does not exist") from None
+        raise FileNotFoundError(f"{what} {str(p)!r} does not exist") from None
+    except PermissionError:
+        raise PermissionError(f"{what} {str(p)!r} cannot be reached: a folder of its path is not searchable") from None
+    except OSError as exc:
+        raise OSError(f"{what} {str(p)!r} cannot be read: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(f"{what} {str(p)!r} is a directory, not a file")
-    if not p.is_file():
-        raise FileNotFoundError(f"{what} {str(p)!r} is not a file: it does not exist")
+    if stat.S_ISSOCK(st.st_mode):
+        raise OSError(f"{what} {str(p)!r} is a socket: give a file, a pipe or '-' (standard input)")
     return p
+
+
+def open_input(path: str | os.PathLike, what: str = "input") -> BinaryIO:
+    """``path`` (see :func:`check_input_file`) opened for binary reading; an unreadable one is a
+    PermissionError / OSError naming it, never a bare traceback."""
+    p = check_input_file(path, what)
+    try:
+        return open(p, "rb")
+    except PermissionError:
+        raise PermissionError(f"{what} {str(p)!r} cannot be read: permission denied") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{what} {str(p)!r} is a directory, not a file") from None
+    except OSError as exc:
+        raise OSError(f"{what} {str(p)!r} cannot be read: {exc.strerror}") from None
 
 
 def _decode(raw: bytes, where: str, line_no: int) -> str:
@@ -35,7 +66,8 @@ def _decode(raw: bytes, where: str, line_no: int) -> str:
 
 
 def iter_lines(source: str | os.PathLike | io.BufferedIOBase, *, what: str = "input") -> Generator[str, None, None]:
-    """Lines of a UTF-8 file (``"-"`` = standard input) without their ending, read lazily.
+    """Lines of a UTF-8 file (``"-"`` = standard input) without their ending, read lazily: a pipe, a FIFO or
+    a process substitution (``/dev/fd/N``) streams; ``/dev/null`` gives no line.
 
     Lines end at ``\\n`` or ``\\r\\n`` only; a UTF-8 BOM at the start is dropped; invalid UTF-8 is a
     ValueError naming the file and line.
@@ -45,8 +77,7 @@ def iter_lines(source: str | os.PathLike | io.BufferedIOBase, *, what: str = "in
         if name == "-":
             yield from _iter_binary(sys.stdin.buffer, "<stdin>")
             return
-        path = check_input_file(source, what)
-        with open(path, "rb") as fh:
+        with open_input(source, what) as fh:
             yield from _iter_binary(fh, name)
     else:
         yield from _iter_binary(source, getattr(source, "name", "<stream>"))
@@ -69,12 +100,11 @@ def read_lines(path: str | os.PathLike, *, what: str = "input") -> list[str]:
 
 def read_csv_rows(path: str | os.PathLike, *, what: str = "CSV file") -> Iterator[tuple[int, list[str]]]:
     """``(line number, fields)`` of a UTF-8 CSV file (a BOM is dropped); errors name the file."""
-    p = check_input_file(path, what)
     try:
-        with open(p, encoding="utf-8-sig", newline="") as fh:
+        with io.TextIOWrapper(open_input(path, what), encoding="utf-8-sig", newline="") as fh:
             yield from enumerate(csv.reader(fh), start=1)
     except UnicodeDecodeError as exc:
-        raise ValueError(f"{p}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        raise ValueError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
 
 
 def _csv_sentences(path: Path, what: str) -> list[str]:

@@ -223,3 +223,84 @@ def test_bundled_folder_is_recognised_by_its_files():
 
     assert is_bundled_folder(bundled_model_path())
     assert is_bundled_folder(bundled_model_path() + "/")
+
+
+# --- any readable path: pipes, FIFOs, process substitution, /dev/null ---------------------------------------------
+def test_process_substitution_and_dev_stdin_stream_like_files(tiny_bert_dir, tmp_path):
+    cands, refs = ["a cat sat on the mat", "the dog barked", "hello"], ["the cat sat", "a dog was barking", "hi"]
+    (tmp_path / "x.tsv").write_text("".join(f"{c}\t{r}\n" for c, r in zip(cands, refs)), encoding="utf-8")
+    tiny = " ".join(_tiny(tiny_bert_dir))
+    cli = f"{sys.executable} -m bertscore_loss score --per-line {tiny}"
+    runs = {
+        "process substitution": f"{cli} -c <(cut -f1 x.tsv) -r <(cut -f2 x.tsv)",
+        "/dev/stdin": f"cut -f2 x.tsv | {cli} -c <(cut -f1 x.tsv) -r /dev/stdin",
+        "--stream": f"{cli.replace('--per-line', '--stream')} -c <(cut -f1 x.tsv) -r <(cut -f2 x.tsv)",
+    }
+    p, r, f = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu").score(cands, refs)
+    for name, command in runs.items():
+        out = subprocess.run(["bash", "-c", command], cwd=tmp_path, capture_output=True, text=True)
+        assert out.returncode == 0, (name, out.stderr)
+        rows = [list(map(float, line.split("\t"))) for line in out.stdout.splitlines()]
+        assert torch.allclose(torch.tensor(rows), torch.stack((p, r, f), 1), atol=1e-6), name
+
+
+def test_a_fifo_and_dev_null(tiny_bert_dir, tmp_path, capsys):
+    import os
+    import threading
+
+    fifo = tmp_path / "cands.fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "r.txt").write_text("the cat sat\nhello world\n", encoding="utf-8")
+
+    def feed() -> None:
+        with open(fifo, "w", encoding="utf-8") as fh:
+            fh.write("a cat sat\nhello\n")
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    assert main(["score", "-c", str(fifo), "-r", str(tmp_path / "r.txt"), "--per-line", *_tiny(tiny_bert_dir)]) == 0
+    writer.join(timeout=30)
+    rows = [list(map(float, line.split("\t"))) for line in capsys.readouterr().out.splitlines()]
+    scorer = BERTScorer(model=tiny_bert_dir, layer=2, device="cpu")
+    f = scorer.score(["a cat sat", "hello"], ["the cat sat", "hello world"])[2]
+    assert [row[2] for row in rows] == pytest.approx(f.tolist(), abs=1e-6)
+    for extra in ([], ["--stream"]):
+        assert main(["score", *extra, "-c", "/dev/null", "-r", "/dev/null", *_tiny(tiny_bert_dir)]) == 0
+        out = capsys.readouterr()
+        assert ("no pairs" in out.out or "0 pairs" in out.err) and "\t" not in out.out
+
+
+def test_unreadable_inputs_name_the_real_problem(tiny_bert_dir, tmp_path, capsys, monkeypatch):
+    import builtins
+    import socket
+
+    (tmp_path / "r.txt").write_text("a\n", encoding="utf-8")
+    ref = ["-r", str(tmp_path / "r.txt"), *_tiny(tiny_bert_dir)]
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone.txt")
+    sock = socket.socket(socket.AF_UNIX)
+    sock.bind(str(tmp_path / "s.sock"))
+    try:
+        cases = {
+            str(tmp_path / "missing.txt"): "missing.txt' does not exist",
+            str(tmp_path / "dangling"): "is a link to",
+            str(tmp_path): "is a directory",
+            str(tmp_path / "s.sock"): "is a socket",
+        }
+        for path, message in cases.items():
+            assert main(["score", "-c", path, *ref]) == 2
+            err = capsys.readouterr().err
+            assert message in err and "is not a file" not in err, err
+    finally:
+        sock.close()
+    locked = tmp_path / "locked.txt"
+    locked.write_text("a\n", encoding="utf-8")
+    real_open = builtins.open
+
+    def deny(file, *args, **kwargs):  # root reads any file: refuse this one as an unprivileged user would be
+        if str(file) == str(locked):
+            raise PermissionError(13, "Permission denied", str(file))
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", deny)
+    assert main(["score", "-c", str(locked), *ref]) == 2
+    assert f"'{locked}' cannot be read: permission denied" in capsys.readouterr().err

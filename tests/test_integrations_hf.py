@@ -168,11 +168,74 @@ def test_batch_eval_metrics_equal_one_call(tok, tiny_scorer):
     labels[labels == tok.pad_token_id] = -100
     whole = BERTScoreMetrics(tok, tiny_scorer, cache_bytes=0)(EvalPrediction(preds, labels))
     batched = BERTScoreMetrics(tok, tiny_scorer, cache_bytes=0)
+    with pytest.raises(ValueError, match=r"callbacks=\[metrics\]"):  # no Trainer tells it where evaluations end
+        batched(EvalPrediction(preds[:4], labels[:4]), compute_result=False)
+    batched.reset()  # outside a Trainer: the caller marks the start of an evaluation
     assert batched(EvalPrediction(preds[:4], labels[:4]), compute_result=False) == {}
     out = batched(EvalPrediction(preds[4:], labels[4:]), compute_result=True)
     assert out == pytest.approx(whole, abs=1e-6)
     with pytest.raises(ValueError, match="predict_with_generate"):
         batched(EvalPrediction(np.zeros((2, 3, 5)), labels[:2]))
+
+
+class _Endless:
+    """A plain DataLoader wrapper (not prepared by accelerate): the Trainer never learns its last batch, so every
+    batch is called with compute_result=False, as with a dataloader that never flags its end."""
+
+    def __init__(self, loader) -> None:
+        self.loader = loader
+        self.dataset = loader.dataset
+        self.batch_size = loader.batch_size
+
+    def __iter__(self):
+        return iter(self.loader)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+
+@pytest.mark.slow
+def test_batched_evaluation_that_stops_early_never_leaks(tmp_path, tok, tiny_bert_dir, caplog):
+    from torch.utils.data import DataLoader
+    from transformers import DataCollatorForSeq2Seq, Seq2SeqTrainer
+
+    model = tiny_bart(tok)
+    data = features(tok, SOURCES[:8], TARGETS[:8])
+    collator = DataCollatorForSeq2Seq(tok, model=model)
+    cut = {"on": True}
+
+    class Trainer(Seq2SeqTrainer):
+        def get_eval_dataloader(self, eval_dataset=None):
+            loader = super().get_eval_dataloader(eval_dataset)
+            if cut["on"]:
+                return _Endless(DataLoader(data[:4], batch_size=2, collate_fn=collator))
+            return loader
+
+    args = training_args(tmp_path, predict_with_generate=True, generation_max_length=12, batch_eval_metrics=True)
+    kw = dict(model=model, args=args, eval_dataset=data[4:8], data_collator=collator, processing_class=tok)
+
+    # the plain compute_metrics: a batched evaluation is refused with the fix in its message, never silently summed
+    trainer = Trainer(compute_metrics=BERTScoreMetrics(tok, fresh_scorer(tiny_bert_dir)), **kw)
+    with pytest.raises(ValueError, match=r"callbacks=\[metrics\]"):
+        trainer.evaluate()
+
+    # as a callback too: the evaluation that stopped early is dropped, the next equals a fresh metric's
+    metrics = BERTScoreMetrics(tok, fresh_scorer(tiny_bert_dir))
+    trainer = Trainer(compute_metrics=metrics, callbacks=[metrics], **kw)
+    with caplog.at_level("WARNING", logger="bertscore_loss.integrations.hf"):
+        stopped = trainer.evaluate()
+    assert "eval_bertscore_f1" not in stopped
+    assert "its BERTScore sums were dropped" in caplog.text
+    cut["on"] = False
+    after = trainer.evaluate()
+    fresh = BERTScoreMetrics(tok, fresh_scorer(tiny_bert_dir))
+    clean = Trainer(compute_metrics=fresh, callbacks=[fresh], **kw).evaluate()
+    assert after["eval_bertscore_f1"] == pytest.approx(clean["eval_bertscore_f1"], abs=1e-6)
+    pred = trainer.predict(data[4:8])
+    cands = decode_ids(pred.predictions, tok)
+    refs = decode_ids([d["labels"] for d in data[4:8]], tok)
+    f = fresh_scorer(tiny_bert_dir).score(cands, refs)[2]
+    assert after["eval_bertscore_f1"] == pytest.approx(float(f.mean()), abs=1e-6)
 
 
 def _free_port() -> int:

@@ -126,8 +126,8 @@ def scorer_from_args(args: argparse.Namespace) -> BERTScorer:
 
 # --- inputs and outputs ---------------------------------------------------------------------------------
 def check_stdin_once(paths: Sequence[str | None], flags: Sequence[str]) -> None:
-    """Standard input (``-``) can feed one option only."""
-    used = [f for p, f in zip(paths, flags) if p == "-"]
+    """Standard input (``-``, ``/dev/stdin``, ``/dev/fd/0``) can feed one option only."""
+    used = [f for p, f in zip(paths, flags) if p in ("-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")]
     if len(used) > 1:
         raise UsageError(f"{' and '.join(used)} all read standard input ('-'): at most one input can")
 

@@ -68,11 +68,15 @@ class BERTScoreMetrics(TrainerCallback):
     scores only its strided shard (rows ``rank::world_size``, the same rows every evaluation, so each
     rank's cache holds its own references), then the sums of P, R, F and the row count are all-reduced,
     so every rank returns the same means (as needed for ``metric_for_best_model``). ``"replicate"``:
-    every rank scores all rows, no collective. With ``batch_eval_metrics=True`` the sums are
-    accumulated per batch and reduced at the last one (``compute_result=True``); pass the same object as
-    a callback too (``callbacks=[metrics]``): it then drops the sums of an evaluation that ended without a
-    final batch (e.g. a dataloader that never flags its end) with a warning, instead of adding them to the
-    next evaluation.
+    every rank scores all rows, no collective.
+
+    With ``batch_eval_metrics=True`` the sums are accumulated per batch and reduced at the last one
+    (``compute_result=True``). The object must then know where an evaluation ends, so pass it as a callback
+    too: ``Trainer(..., compute_metrics=metrics, callbacks=[metrics])``. It then drops the sums of an
+    evaluation that ended without a final batch (e.g. a dataloader that never flags its end) with a warning,
+    instead of adding them to the next evaluation. A batched call on an object that no Trainer has
+    registered as a callback is refused with an error saying so; outside a Trainer, call :meth:`reset`
+    before the first batch of each evaluation you drive yourself.
 
     ``stats`` describes the last call: ``rows`` scored here, ``world_size``, ``texts_encoded`` (texts
     run through the encoder: the cache's misses, or every unique text when the cache is off).
@@ -101,21 +105,35 @@ class BERTScoreMetrics(TrainerCallback):
         self.decode_kwargs = dict(decode_kwargs or {})
         self._pending = [0.0, 0.0, 0.0, 0.0]  # sums of P, R, F and rows over the batches of one evaluation
         self._open = False  # inside an evaluation (a non-final batch was seen)
+        self._attached = False  # a Trainer sends this object its callback events
+        self._started = False  # reset() was called by the user: the start of an evaluation they drive
         self.stats: dict[str, int] = {}
 
-    def reset(self) -> None:
-        """Forget the sums of a batched evaluation (``batch_eval_metrics``): done at the start of each
-        evaluation and after a call that raised, so a failed evaluation never leaks into the next one."""
+    def _clear(self) -> None:
         self._pending = [0.0, 0.0, 0.0, 0.0]
         self._open = False
 
-    # --- TrainerCallback: the end of an evaluation, whatever its batches said -------------------
+    def reset(self) -> None:
+        """Start a batched evaluation from zero (``batch_eval_metrics``): forgets the sums of an unfinished
+        one. A Trainer that has this object as a callback does it for you; call it yourself before the first
+        batch of an evaluation you drive outside a Trainer."""
+        self._clear()
+        self._started = True
+
+    # --- TrainerCallback: registration, and the end of an evaluation whatever its batches said ----
     def _close(self, what: str) -> None:
-        if getattr(self, "_open", False):
+        self._attached = True
+        if self._open:
             logger.warning(
                 "an %s ended without a final batch (compute_result=True): its BERTScore sums were dropped", what
             )
-        self.reset()
+        self._clear()
+
+    def on_init_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._attached = True
+
+    def on_prediction_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        self._attached = True  # the Trainer calls this before compute_metrics at every evaluation batch
 
     def on_evaluate(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self._close("evaluation")
@@ -128,14 +146,25 @@ class BERTScoreMetrics(TrainerCallback):
 
         ``eval_pred``: an ``EvalPrediction`` or a plain ``(predictions, labels)`` tuple.
         """
-        if not getattr(self, "_open", False):
-            self.reset()  # the first batch of an evaluation starts from zero
+        if not self._open:
+            if not compute_result and not (self._attached or self._started):
+                raise ValueError(
+                    "batch_eval_metrics=True: BERTScoreMetrics must see where an evaluation ends, or an evaluation "
+                    "that stops before its final batch leaks its sums into the next one. Pass it as a callback "
+                    "too: Trainer(..., compute_metrics=metrics, callbacks=[metrics]); outside a Trainer, call "
+                    "metrics.reset() before the first batch of each evaluation"
+                )
+            self._clear()  # the first batch of an evaluation starts from zero
         self._open = True
         try:
-            return self._call(eval_pred, compute_result)
+            out = self._call(eval_pred, compute_result)
         except BaseException:
-            self.reset()
+            self._clear()
+            self._started = False
             raise
+        if compute_result:
+            self._started = False
+        return out
 
     def _call(self, eval_pred: Any, compute_result: bool) -> dict[str, float | str]:
         if hasattr(eval_pred, "predictions"):
@@ -180,7 +209,7 @@ class BERTScoreMetrics(TrainerCallback):
         if not compute_result:
             return {}
         total = all_reduce_sum(self._pending) if self.distributed == "shard" else self._pending
-        self.reset()
+        self._clear()
         n = max(total[3], 1.0)
         out: dict[str, float | str] = {
             f"{self.prefix}{name}": total[k] / n for k, name in enumerate(("precision", "recall", "f1"))
