@@ -22,6 +22,7 @@ This module uses only the standard library.
 from __future__ import annotations
 
 import base64
+import errno
 import hashlib
 import importlib.metadata as metadata
 import io
@@ -148,22 +149,34 @@ def model_path(parts: Sequence[Part] | None = None, root: str | os.PathLike | No
     try:
         base.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OSError(
-            f"cannot create the cache folder {str(base)!r} for {NAME} ({exc.strerror}); "
-            "set $BERTSCORE_LOSS_CACHE to a writable folder"
-        ) from exc
-    with _lock(base / f".{target.name}.lock") as exclusive:
-        problem = check_folder(target, parts)  # another process may have assembled it meanwhile
-        if problem is None:
-            return str(target)
-        if exclusive:  # no one else is assembling: temporary folders left by a killed process are stale
-            for stale in base.glob(f".{target.name}.tmp-*"):
-                logger.info("removing %s (left by an interrupted assembly)", stale)
-                shutil.rmtree(stale, ignore_errors=True)
-        if target.exists():
-            logger.warning("%s: %s; assembling it again", target, problem)
-        _assemble(parts, target)
+        raise _cache_error(exc, base, "create") from exc
+    try:
+        with _lock(base / f".{target.name}.lock") as exclusive:
+            problem = check_folder(target, parts)  # another process may have assembled it meanwhile
+            if problem is None:
+                return str(target)
+            if exclusive:  # no one else is assembling: temporary folders left by a killed process are stale
+                for stale in base.glob(f".{target.name}.tmp-*"):
+                    logger.info("removing %s (left by an interrupted assembly)", stale)
+                    shutil.rmtree(stale, ignore_errors=True)
+            if target.exists():
+                logger.warning("%s: %s; assembling it again", target, problem)
+            _assemble(parts, target)
+    except CorruptPartError:
+        raise
+    except OSError as exc:  # a read-only or full cache: the temporary folder is gone, no half model is left
+        raise _cache_error(exc, base, "write to") from exc
     return str(target)
+
+
+def _cache_error(exc: OSError, base: Path, verb: str) -> OSError:
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    reason = "the disk is full" if full else (exc.strerror or str(exc))
+    return OSError(
+        exc.errno,
+        f"cannot {verb} the cache folder {str(base)!r} for {NAME} ({reason}); set $BERTSCORE_LOSS_CACHE to a "
+        "writable folder with about 500 MB free",
+    )
 
 
 def check_folder(folder: str | os.PathLike, parts: Sequence[Part] | None = None) -> str | None:

@@ -13,12 +13,15 @@ and the option that allows it.
 ``add_overwrite_argument`` adds the ``--overwrite`` switch with the rule in its help;
 ``write_text`` / ``write_bytes`` / ``write_json`` / ``save_figure`` write one file; ``open_output``
 yields a handle to stream into and commits on success; ``atomic_path`` yields a temporary path for
-writers that take a path (``torch.save``, a CSV writer, ``savefig``).
+writers that take a path (``torch.save``, a CSV writer, ``savefig``); ``append_line`` adds one whole line
+to a log (or nothing). A write that fails for a full disk (or any other ``OSError``) is an ``OSError`` that
+names the file and says that it is as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import subprocess
@@ -32,6 +35,7 @@ __all__ = [
     "OVERWRITE_HELP",
     "OutputRefusedError",
     "add_overwrite_argument",
+    "append_line",
     "atomic_path",
     "check_output",
     "check_outputs_or_exit",
@@ -199,10 +203,45 @@ def atomic_path(
             os.fsync(fh.fileno())
         os.chmod(tmp, _mode_for(target))
         os.replace(tmp, target)
-    except BaseException:
+    except BaseException as exc:
         with suppress(OSError):
             tmp.unlink()
+        if isinstance(exc, OSError) and not isinstance(exc, OutputRefusedError) and exc.errno is not None:
+            raise write_error(exc, target, "it is as it was: nothing was written") from exc
         raise
+
+
+def write_error(exc: OSError, path: PathLike, state: str) -> OSError:
+    """One line for a failed write of ``path``: the reason (a full disk named as such) and ``state``."""
+    full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    reason = "the disk is full (no space left on device)" if full else (exc.strerror or str(exc))
+    hint = ": free space, or write elsewhere, then run again" if full else ""
+    return type(exc)(exc.errno, f"cannot write {str(path)!r}: {reason}; {state}{hint}")
+
+
+def append_line(path: PathLike, line: str) -> None:
+    """Append ``line`` (and a newline) to the log ``path`` in one write: the line is there whole or not at all.
+    A failed write (a full disk) cuts the file back to its size before and raises :func:`write_error`'s
+    error; a file whose last line lacks its newline (a writer killed mid-line) gets one first."""
+    data = (line.rstrip("\n") + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            with open(path, "rb") as fh:
+                fh.seek(size - 1)
+                if fh.read(1) != b"\n":
+                    data = b"\n" + data
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError as exc:
+            with suppress(OSError):
+                os.ftruncate(fd, size)
+            raise write_error(exc, path, "it is as it was") from exc
+    finally:
+        os.close(fd)
 
 
 @contextmanager

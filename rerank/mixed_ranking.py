@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from bertscore_loss.outputs import write_text
+from bertscore_loss.outputs import append_line, write_text
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
@@ -227,9 +227,8 @@ def remix_mbr_data(
             new, spent = _remix_shard(
                 model, codec, rows, util, float(config.weight), pairing, manifest["utility"], config.token_budget
             )
+            append_line(out / "timing.jsonl", json.dumps({"shard": k, "sources": len(new), "seconds": spent}))
             write_text(name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in new), allow_docs=True)
-            with open(out / "timing.jsonl", "a", encoding="utf-8") as log:
-                log.write(json.dumps({"shard": k, "sources": len(new), "seconds": spent}) + "\n")
             for key, dt in spent.items():
                 seconds[key] = seconds.get(key, 0.0) + dt
             built += 1

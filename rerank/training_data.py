@@ -43,7 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from bertscore_loss import sequence_log_probs
-from bertscore_loss.outputs import write_text
+from bertscore_loss.outputs import append_line, write_text
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
@@ -513,9 +513,12 @@ def build_mbr_data(
                 model, codec, sources[lo : lo + config.shard_size], lo, config, k, util, spent, bf16
             )
             truncated += cut
+            # the cost first, then the shard (atomic): a shard on disk always has its cost logged; a logged
+            # shard that is not on disk (killed, disk full) is built again and its last build counts
+            append_line(
+                out / "timing.jsonl", json.dumps({"shard": k, "sources": len(rows), "truncated": cut, "seconds": spent})
+            )
             write_text(names[k], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), allow_docs=True)
-            with open(out / "timing.jsonl", "a", encoding="utf-8") as log:  # a log of cost, not part of the data
-                log.write(json.dumps({"shard": k, "sources": len(rows), "truncated": cut, "seconds": spent}) + "\n")
             for key, dt in spent.items():
                 seconds[key] = seconds.get(key, 0.0) + dt
             logger.info("shard %d/%d: %d sources -> %s", k + 1, shards, len(rows), names[k])
@@ -545,13 +548,20 @@ def read_mbr_data(out_dir: str | Path, *, complete: bool = True) -> list[dict]:
 
 
 def _shard_seconds(folder: Path) -> dict[str, float]:
-    """Seconds by stage of the shards of ``folder`` (``timing.jsonl``; a shard built twice counts its last build)."""
+    """Seconds by stage of the shards of ``folder`` that exist (``timing.jsonl``; a shard built twice counts its
+    last build; a line cut by a killed writer is not counted)."""
     log = folder / "timing.jsonl"
     if not log.is_file():
         raise FileNotFoundError(f"{log} is missing: {folder} holds no record of what its shards cost")
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    rows = []
+    for line in log.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # blank, or the torn end of a line from a process killed mid-write
     seconds: dict[str, float] = {}
-    for row in {r["shard"]: r for r in rows}.values():
+    built = {r["shard"]: r for r in rows if (folder / f"shard-{r['shard']:05d}.jsonl").is_file()}
+    for row in built.values():
         for stage, value in row["seconds"].items():
             seconds[stage] = seconds.get(stage, 0.0) + float(value)
     return seconds
