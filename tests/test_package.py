@@ -66,3 +66,18 @@ def test_the_changelog_names_the_current_version():
     changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
     assert changelog.startswith("# Changelog")
     assert f"## {bertscore_loss.__version__}" in changelog
+
+
+def test_ci_runs_the_readme_set_up_commands_as_written():
+    import subprocess
+
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert 'bash -euo pipefail -c "$setup"' in ci and 'bash -euo pipefail -c "$tests"' in ci
+    assert "pip install" not in ci  # every install is the README's
+    script = str(ROOT / "scripts" / "readme_commands.py")
+    run = {k: subprocess.run([sys.executable, script, k], capture_output=True, text=True) for k in ("setup", "test")}
+    assert all(r.returncode == 0 for r in run.values())
+    got = {key: r.stdout.strip() for key, r in run.items()}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"```bash\n{got['setup']}\n```" in readme and f"```bash\n{got['test']}\n```" in readme
+    assert "install-accurate" in got["setup"] and got["test"].endswith("python -m pytest -q")

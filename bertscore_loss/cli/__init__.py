@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .. import ModelNotFoundError
 from ..baseline import BaselineNotFoundError
-from . import baseline, plot, rerank, score, tune_layers
+from . import baseline, install_accurate, plot, rerank, score, tune_layers
 from .common import quiet_libraries
 
 __all__ = ["build_parser", "main"]
@@ -25,7 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="bertscore-loss", description="BERTScore for training and decoding")
     parser.add_argument("-v", "--verbose", action="store_true", help="log details, library progress bars and warnings")
     sub = parser.add_subparsers(dest="command", required=True)
-    for module in (score, rerank, tune_layers, baseline, plot):
+    for module in (score, rerank, tune_layers, baseline, plot, install_accurate):
         module.register(sub)
     return parser
 
