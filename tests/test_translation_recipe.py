@@ -192,15 +192,17 @@ def test_config_errors_are_one_line(recipe, tmp_path):
 
 def test_a_missing_model_folder_names_the_command_that_makes_it(recipe, tmp_path):
     stage1 = tmp_path / "stage1"
-    msg = _exits(recipe, ["stage2", "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)])
+    data = ["--set", f"data={SAMPLE}"]  # the committed sample: this test never needs ../shared
+    msg = _exits(recipe, ["stage2", *data, "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)])
     assert msg.startswith(f"init {stage1}/model: the model folder does not exist;")
     assert f"recipe.py stage1 --config configs/translation/stage1.yaml --out {stage1}" in msg
     folder = tmp_path / "runs" / "stage2" / "mrt-seed1" / "model"
-    msg = _exits(recipe, ["stage3", "--model", str(folder), "--out", str(tmp_path / "s3")])
+    msg = _exits(recipe, ["stage3", *data, "--model", str(folder), "--out", str(tmp_path / "s3")])
     assert f"recipe.py stage2 --arm mrt --seed 1 --out {folder.parent.parent}" in msg
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    assert "the model folder has no spm.model;" in _exits(recipe, ["evaluate", "--model", str(folder)])
+    evaluate = ["evaluate", "--data", str(SAMPLE), "--model", str(folder)]
+    assert "the model folder has no spm.model;" in _exits(recipe, evaluate)
     hint = recipe.model_hint("models/multi30k-de-en")
     assert "committed converged base" in hint and "configs/translation/converged.yaml" in hint
     assert not (tmp_path / "s3").exists() and not (tmp_path / "mrt-seed0").exists()  # nothing written
