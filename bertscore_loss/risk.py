@@ -144,6 +144,155 @@ def label_log_probs(
     return out
 
 
+def _length_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Row indices in groups, longest first, each at most ``budget`` padded tokens (one row may exceed it)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups: list[list[int]] = []
+    for i in order:
+        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return groups
+
+
+def _padded(rows: Sequence[Sequence[int]], value: int, device: torch.device) -> Tensor:
+    width = max(len(r) for r in rows)
+    return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
+
+
+def _check_ids(name: str, rows: Sequence[Sequence[int]], vocab: int | None) -> None:
+    if isinstance(rows, (str, Tensor)):
+        raise ValueError(f"{name} must be a list of token-id lists, got a {type(rows).__name__}")
+    for i, row in enumerate(rows):
+        if isinstance(row, str) or len(row) == 0:
+            raise ValueError(f"{name}[{i}] must be a non-empty list of token ids")
+        if vocab is not None and any(not 0 <= int(t) < vocab for t in row):
+            raise ValueError(f"{name}[{i}] holds a token id outside [0, {vocab})")
+
+
+def target_log_probs(
+    model: Any,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    owners: Sequence[int] | None = None,
+    *,
+    token_budget: int = 8192,
+    grad: bool = True,
+) -> Tensor:
+    """Log-probability ``[N]`` (float32) of each target given its source, under a Hugging Face encoder–decoder
+    or causal LM: many candidates per source, in groups of at most ``token_budget`` padded target tokens.
+
+    ``sources``: ``B`` token-id lists (an encoder–decoder's encoder input, EOS included where the model
+    expects it; a causal LM's prompt). ``targets``: ``N`` label-id lists (EOS included: what
+    ``rerank.training_data.Codec.encode_target`` gives), ``owners`` ``[N]``: the source of each target
+    (default: target ``i`` of source ``i``). An encoder–decoder encodes each source once and runs its decoder
+    on the targets (decoder inputs: the decoder start token, then the labels but the last); a model with
+    ``final_logits_bias`` (Marian, BART, Pegasus) goes through :func:`label_log_probs` on the decoder states,
+    never holding the ``[N, T, V]`` logits. A causal LM reads ``source + target`` and sums the target
+    positions' log-probabilities. The model's mode is used as it is (call ``model.eval()`` for the values
+    without dropout). ``grad=False``: no graph (as ``torch.no_grad()``); else differentiable in the weights.
+    """
+    if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
+        raise ValueError(f"token_budget must be a positive int, got {token_budget!r}")
+    cfg = model.config
+    vocab = getattr(cfg, "vocab_size", None)
+    _check_ids("sources", sources, vocab)
+    _check_ids("targets", targets, vocab)
+    own = list(range(len(targets))) if owners is None else [int(o) for o in owners]
+    if len(own) != len(targets):
+        raise ValueError(f"owners must hold one source index per target: {len(own)} for {len(targets)} targets")
+    if any(not 0 <= o < len(sources) for o in own):
+        raise ValueError(f"owners must lie in [0, {len(sources)}) (one index into sources per target)")
+    device = next(model.parameters()).device
+    if not targets:
+        return torch.zeros(0, device=device)
+    pad = cfg.pad_token_id if cfg.pad_token_id is not None else cfg.eos_token_id
+    pad = int(pad if pad is not None else 0)
+    with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+        if getattr(cfg, "is_encoder_decoder", False):
+            parts, rows = _seq2seq_log_probs(model, sources, targets, own, token_budget, pad, device)
+        else:
+            parts, rows = _causal_log_probs(model, sources, targets, own, token_budget, pad, device)
+        flat = torch.cat(parts)
+        order = torch.tensor([i for group in rows for i in group], device=device)
+        return flat[torch.argsort(order)]
+
+
+def _seq2seq_log_probs(
+    model: Any,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    owners: list[int],
+    budget: int,
+    pad: int,
+    device: torch.device,
+) -> tuple[list[Tensor], list[list[int]]]:
+    from transformers.modeling_outputs import BaseModelOutput
+
+    used = sorted(set(owners))
+    where = {s: k for k, s in enumerate(used)}
+    src = _padded([sources[s] for s in used], pad, device)
+    mask = torch.zeros_like(src)
+    for k, s in enumerate(used):
+        mask[k, : len(sources[s])] = 1
+    states = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state  # [B, S, d]
+    start = getattr(model.config, "decoder_start_token_id", None)
+    start = pad if start is None else int(start)
+    own = torch.tensor([where[o] for o in owners], device=device)
+    bias = getattr(model, "final_logits_bias", None)
+    head = model.get_output_embeddings()
+    lean = bias is not None and head is not None and getattr(head, "bias", None) is None
+    groups = _length_groups([len(t) for t in targets], budget)
+    parts = []
+    for rows in groups:
+        labels = _padded([targets[i] for i in rows], -100, device)  # [n, T]
+        dec = _padded([[start, *targets[i][:-1]] for i in rows], pad, device)
+        o = own[rows]
+        if lean:
+            hidden = model.get_decoder()(
+                input_ids=dec, encoder_hidden_states=states[o], encoder_attention_mask=mask[o]
+            ).last_hidden_state  # [n, T, d]
+            real = labels != -100
+            token = label_log_probs(hidden[real], head.weight, labels[real], bias)
+            index = torch.arange(len(rows), device=device).repeat_interleave(real.sum(dim=1))
+            parts.append(token.new_zeros(len(rows)).index_add(0, index, token))
+        else:
+            logits = model(
+                attention_mask=mask[o],
+                encoder_outputs=BaseModelOutput(last_hidden_state=states[o]),
+                decoder_input_ids=dec,
+                use_cache=False,
+            ).logits
+            parts.append(sequence_log_probs(logits, labels))
+    return parts, groups
+
+
+def _causal_log_probs(
+    model: Any,
+    sources: Sequence[Sequence[int]],
+    targets: Sequence[Sequence[int]],
+    owners: list[int],
+    budget: int,
+    pad: int,
+    device: torch.device,
+) -> tuple[list[Tensor], list[list[int]]]:
+    whole = [[*sources[o], *t] for o, t in zip(owners, targets)]
+    groups = _length_groups([len(w) for w in whole], budget)
+    parts = []
+    for rows in groups:
+        ids = _padded([whole[i] for i in rows], pad, device)  # right padding: positions 0.. of every row
+        mask = torch.zeros_like(ids)
+        labels = torch.full_like(ids, -100)
+        for r, i in enumerate(rows):
+            n, m = len(whole[i]), len(sources[owners[i]])
+            mask[r, :n] = 1
+            labels[r, m:n] = ids[r, m:n]
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # [n, L, V]
+        parts.append(sequence_log_probs(logits[:, :-1], labels[:, 1:]))
+    return parts, groups
+
+
 def distinct_candidates(candidates: Sequence[Sequence[str]], k: int) -> Tensor:
     """Bool ``[B, k]`` (CPU): True at the first occurrence of each distinct text of a row (whitespace
     normalised), False at repeats and padding: the candidates :class:`MinimumRiskLoss` counts.

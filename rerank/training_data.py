@@ -42,8 +42,8 @@ from typing import Any, Literal, Protocol
 import torch
 from tqdm.auto import tqdm
 
-from bertscore_loss import sequence_log_probs
 from bertscore_loss.outputs import append_line, write_text
+from bertscore_loss.risk import target_log_probs
 
 from .mbr import mbr
 from .registry import UtilityLike, get_utility
@@ -295,29 +295,19 @@ def _beam_ids(model: Any, ids: list[list[int]], beams: int, budget: int, bf16: b
     return out
 
 
-@torch.no_grad()
 def _log_probs(
     model: Any, sources: list[list[int]], targets: list[list[int] | None], budget: int
 ) -> list[float | None]:
-    """Sum of log-probabilities (float32, eval mode) of each target's label ids (EOS included) given its source."""
-    device = next(model.parameters()).device
-    pad = int(model.config.pad_token_id)
-    start = int(getattr(model.config, "decoder_start_token_id", None) or pad)
+    """Sum of log-probabilities (float32, in the model's mode: eval here) of each target's label ids (EOS
+    included) given its source, by the trainer's routine (:func:`bertscore_loss.risk.target_log_probs`)."""
     rows = [i for i, t in enumerate(targets) if t is not None]
     out: list[float | None] = [None] * len(targets)
-    lengths = [len(sources[i]) + len(targets[i] or []) for i in rows]
-    for batch in _budget_batches(lengths, 1, budget):
-        idx = [rows[b] for b in batch]
-        src = _pad([sources[i] for i in idx], pad, device)
-        mask = src.new_zeros(src.shape, dtype=torch.bool)
-        for r, i in enumerate(idx):
-            mask[r, : len(sources[i])] = True
-        labels = [list(targets[i] or []) for i in idx]
-        lab = _pad(labels, -100, device)
-        dec = _pad([[start] + lb[:-1] for lb in labels], pad, device)
-        logits = model(input_ids=src, attention_mask=mask, decoder_input_ids=dec).logits.float()
-        for r, v in zip(idx, sequence_log_probs(logits, lab).tolist()):
-            out[r] = float(v)
+    if rows:
+        got = target_log_probs(
+            model, [sources[i] for i in rows], [targets[i] or [] for i in rows], token_budget=budget, grad=False
+        )
+        for i, v in zip(rows, got.tolist()):
+            out[i] = float(v)
     return out
 
 

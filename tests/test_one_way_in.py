@@ -186,6 +186,7 @@ def test_compute_metrics_forgets_a_failed_evaluation(tiny_bert_dir):
     metrics = BERTScoreMetrics(tok, BERTScorer(model=tiny_bert_dir, layer=2), cache_bytes=0)
     same = np.array(tok(["a cat sat here"], padding="max_length", max_length=8)["input_ids"])
     other = np.array(tok(["dogs bark loudly"], padding="max_length", max_length=8)["input_ids"])
+    metrics.reset()  # outside a Trainer: the start of a batched evaluation
     assert metrics((other, same), compute_result=False) == {}  # a batch of a batched evaluation ...
     with pytest.raises(ValueError, match=r"predictions \[1, 8\] and labels \[2, 8\]"):
         metrics((same, np.concatenate([same, same])), compute_result=False)  # ... then one that fails

@@ -193,7 +193,8 @@ def test_config_errors_are_one_line(recipe, tmp_path):
 def test_a_missing_model_folder_names_the_command_that_makes_it(recipe, tmp_path):
     stage1 = tmp_path / "stage1"
     data = ["--set", f"data={SAMPLE}"]  # the committed sample: this test never needs ../shared
-    msg = _exits(recipe, ["stage2", *data, "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)])
+    stage2 = ["stage2", *data, "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)]
+    msg = _exits(recipe, stage2)
     assert msg.startswith(f"init {stage1}/model: the model folder does not exist;")
     assert f"recipe.py stage1 --config configs/translation/stage1.yaml --out {stage1}" in msg
     folder = tmp_path / "runs" / "stage2" / "mrt-seed1" / "model"
