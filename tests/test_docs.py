@@ -37,6 +37,10 @@ PROCESS = re.compile(
     r"|\*\*targets?\b|\bmissed\b|\bthe lead\b|\breviewer|\bwithdrawn\b|\bTODO\b",
     re.I,
 )
+# the same in code, tests, configs and the changelog: issue numbers, group codes of a review ("G7"), red team
+CODE_PROCESS = re.compile(r"\bissues?\s*#?\d+|(?<![\w&/#(`'\"])#\d+\b|\bred[ -]?team", re.I)
+GROUP_CODE = re.compile(r"\bG\d+\b")
+CODE_FOLDERS = ("bertscore_loss", "rerank", "tests", "studies/multi30k")
 ABSOLUTE = re.compile(r"(?<![\w.])(?:/(?:work|tmp|home|root|Users|mnt|scratch|var|opt|data|srv)/|[A-Za-z]:\\)")
 
 
@@ -71,7 +75,8 @@ def _links_module():
 def test_the_marked_blocks_are_found():
     names = [(name, k) for name, k, _ in marked_blocks()]
     assert ("README.md", 0) in names and ("lightning.md", 0) in names
-    assert sum(name == "README.md" for name, _ in names) >= 6  # one per use: score, train, rerank, MBR data, ...
+    assert sum(name == "README.md" for name, _ in names) >= 5  # one per use: score, train, rerank, Lightning, HF
+    # the README's trainer block (<!-- doc-test: trainer -->) runs in tests/test_trainer.py (slow)
     for page in ("evaluate.md", "loss.md", "performance.md", "quality-tools.md", "rerank.md", "preference.md"):
         assert (page, 0) in names, page
     assert not any(n.endswith("/README.md") for n, _ in names)  # the reports show results, the guide runs code
@@ -185,6 +190,28 @@ def test_no_process_words_in_the_readme_and_the_guide():
     assert found == [], "\n".join(found)
     assert PROCESS.search("target missed") and PROCESS.search("issue 19's protocol") and PROCESS.search("#19")
     assert not PROCESS.search("the distillation target (chosen targets, `-100` at padding)")
+
+
+def test_no_process_words_in_the_code_tests_configs_and_changelog():
+    """The library, the tests, the Multi30k study's code and configs and the changelog name what a rule or a
+    test is, not the issue, review group or red team it came from (docs/results/ keeps the study's dated
+    record)."""
+    files = [ROOT / "CHANGELOG.md"]
+    for folder in CODE_FOLDERS:
+        files += sorted(p for ext in ("*.py", "*.yaml") for p in (ROOT / folder).rglob(ext))
+    found = []
+    for path in files:
+        if path == Path(__file__).resolve():
+            continue  # the patterns' own examples below
+        text = path.read_text(encoding="utf-8")
+        for m in [*CODE_PROCESS.finditer(text), *GROUP_CODE.finditer(text)]:
+            line = text[: m.start()].count("\n") + 1
+            found.append(f"{path.relative_to(ROOT)}:{line}: {m.group(0)!r}")
+    assert len(files) > 100 and found == [], "\n".join(found)
+    for word in ("issue 14", "Issue #28", "#19", "red team", "red-team", "G10"):
+        assert CODE_PROCESS.search(word) or GROUP_CODE.search(word), word
+    for fine in ("g0, g1 = temps", "an issue with", "# 3 rows", "&#13;", "G = 4"):
+        assert not CODE_PROCESS.search(fine) and not GROUP_CODE.search(fine), fine
 
 
 def test_links_and_anchors_resolve():

@@ -542,3 +542,20 @@ def test_docs_trainer_snippet_runs_as_written(tmp_path):
     assert rows[0][1] == pytest.approx(math.log(2), abs=1e-4) and abs(rows[0][2]) < 1e-3
     assert rows[-1][1] < rows[0][1] and rows[-1][2] > 0
     assert (tmp_path / "dpo-model" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_readme_trainer_snippet_runs_as_written(tmp_path):
+    """README.md's "Learn from MBR" block (marked ``<!-- doc-test: trainer -->``) in a fresh interpreter: the
+    printed DPO values start at log 2 (policy = reference) and fall."""
+    import re
+
+    from .test_docs import run_script
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    (code,) = re.findall(r"<!-- doc-test: trainer -->\n```python\n(.*?)```", text, re.S)
+    (tmp_path / "models").symlink_to(ROOT / "models")
+    done = run_script(code, tmp_path, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    values = [float(x) for x in re.findall(r"[\d.]+", done.stdout.strip().splitlines()[-1])]
+    assert len(values) == 3 and values[0] == pytest.approx(math.log(2), abs=1e-4) and values[-1] < values[0]
