@@ -1,6 +1,6 @@
 """MBR-BERTScore over many samples per source: ``rerank.mbr`` against ``mbrs`` on the same lists.
 
-The lists are sample lists saved by ``examples/translation/mbr_sweep.py`` (``<run>/lists/<set>/eps<n>.json``)
+The lists are sample lists saved by ``studies/multi30k/mbr_sweep.py`` (``<run>/lists/<set>/eps<n>.json``)
 or any JSON list of candidate lists. Every system uses the bundled all-MiniLM-L6-v2 at ``--layer`` (4),
 float32, the same torch threads; hypotheses and pseudo-references are the same list. Systems:
 

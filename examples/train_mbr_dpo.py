@@ -17,7 +17,6 @@ tokenizer files (the committed Marian model) with ``sentencepiece``. Writes ``<o
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 
@@ -25,6 +24,7 @@ import torch
 import yaml
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
+from bertscore_loss.outputs import write_json
 from rerank import MBRTrainer, MBRTrainingConfig, paired_bootstrap
 from rerank.training_data import MBRDataConfig, build_mbr_data, codec_from
 
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> dict:
             "signature": test.signature,
         },
     }
-    (args.out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out / "result.json", result)
     return result
 
 

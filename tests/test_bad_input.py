@@ -84,7 +84,7 @@ def test_no_pairs_gives_empty_tensors(tiny_scorer):
     assert p.shape == r.shape == f.shape == (0,)
 
 
-# --- issue 14: the bad-input table ------------------------------------------------------------------------------
+# --- the bad-input table ---------------------------------------------------------------------------------------
 def test_layer_must_be_an_int(tiny_bert_dir):
     with pytest.raises(ValueError, match="layer must be a non-negative int.*4.7"):
         BERTScorer(model=tiny_bert_dir, layer=4.7, device="cpu")

@@ -118,7 +118,7 @@ def test_console_script_on_bundled_example():
     assert "all-MiniLM-L6-v2" in out[1]
 
 
-# --- issue 14: bad input through main() ---------------------------------------------------------------------------
+# --- bad input through main() ------------------------------------------------------------------------------------
 def _tiny(tiny_bert_dir: str) -> list[str]:
     return ["--model", tiny_bert_dir, "--layer", "2", "--device", "cpu"]
 

@@ -1,4 +1,4 @@
-"""Defects a red team found (silent wrong results, unclear errors), one test per group, through the public API.
+"""Known defects (silent wrong results, unclear errors), one test per kind, through the public API.
 
 Each test failed on the library before its fix. Thread safety as a property is in ``test_threads.py``, the
 cross-front-end agreement in ``test_properties.py``, the write rule in ``test_outputs.py``.
@@ -21,7 +21,7 @@ from rerank.sampling import SamplingConfig
 LONG = " ".join(["the quick brown fox jumps over the lazy dog near the old river bank"] * 50)
 
 
-# --- G1: a tokenizer left in truncation mode by someone else never cuts the scorer's texts ----------------
+# --- a tokenizer left in truncation mode by someone else never cuts the scorer's texts ----------------
 def test_threads_with_a_tokenizer_in_truncation_mode_equal_serial(tiny_bert_dir):
     scorer = BERTScorer(model=tiny_bert_dir, layer=2, long_inputs="window")
     texts = [f"{LONG[: 40 * (k + 1)]} {k}" for k in range(8)] + [LONG]
@@ -52,7 +52,7 @@ def test_threads_with_a_tokenizer_in_truncation_mode_equal_serial(tiny_bert_dir)
     assert len(errors) == 24 and max(errors) < 1e-6
 
 
-# --- G2: padded reference ids are refused, or read through a mask ---------------------------------------
+# --- padded reference ids are refused, or read through a mask ---------------------------------------
 def test_loss_refuses_padded_reference_ids_and_takes_a_mask(tiny_bert_dir):
     scorer = BERTScorer(model=tiny_bert_dir, layer=2)
     loss = BERTScoreLoss(scorer=scorer, max_mode="hard", reduction="none")
@@ -72,7 +72,7 @@ def test_loss_refuses_padded_reference_ids_and_takes_a_mask(tiny_bert_dir):
         loss(cands, padded, reference_mask=mask[:, :2])
 
 
-# --- G3: loss settings checked when built; probabilities that are not distributions refused -------------
+# --- loss settings checked when built; probabilities that are not distributions refused -------------
 @pytest.mark.parametrize(
     ("field", "value"),
     [
@@ -106,7 +106,7 @@ def test_probs_that_are_not_distributions_are_refused(tiny_bert_dir):
     assert torch.isfinite(masked.loss)
 
 
-# --- G4: a non-finite utility is an error, not a silently reversed ranking --------------------------------
+# --- a non-finite utility is an error, not a silently reversed ranking --------------------------------
 @pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
 def test_mbr_refuses_non_finite_utilities(bad):
     def utility(h, r):
@@ -118,7 +118,7 @@ def test_mbr_refuses_non_finite_utilities(bad):
         mbr([["a", "b", "c"]], utility=utility)
 
 
-# --- G5: a batched evaluation that ends without a final batch never leaks into the next --------------------
+# --- a batched evaluation that ends without a final batch never leaks into the next --------------------
 def test_compute_metrics_callback_drops_an_unfinished_evaluation(tiny_bert_dir, caplog):
     from transformers import AutoTokenizer, TrainerCallback
 
@@ -138,7 +138,7 @@ def test_compute_metrics_callback_drops_an_unfinished_evaluation(tiny_bert_dir, 
     assert out["bertscore_f1"] == pytest.approx(1.0, abs=1e-6)
 
 
-# --- G6: one IDF rule in every front end -----------------------------------------------------------------
+# --- one IDF rule in every front end -----------------------------------------------------------------
 def test_integrations_refuse_idf_without_a_fixed_corpus(tiny_bert_dir):
     from transformers import AutoTokenizer
 
@@ -162,7 +162,7 @@ def test_integrations_refuse_idf_without_a_fixed_corpus(tiny_bert_dir):
     )
 
 
-# --- G7: the IDF rule of score() and score_groups() without a fixed table, as documented ---------------------
+# --- the IDF rule of score() and score_groups() without a fixed table, as documented ---------------------
 def test_idf_counts_references_as_given_to_the_call(tiny_bert_dir):
     scorer = BERTScorer(model=tiny_bert_dir, layer=2, idf=True)
     groups = [["a bird", "the bird flies"], ["a cat"]]
@@ -181,7 +181,7 @@ def test_idf_counts_references_as_given_to_the_call(tiny_bert_dir):
     torch.testing.assert_close(single, scorer.score(["a bird", "a cat"], refs).f1, atol=1e-6, rtol=0)
 
 
-# --- G8: a loss on a windowing scorer windows long candidates as the scorer does ---------------------------
+# --- a loss on a windowing scorer windows long candidates as the scorer does ---------------------------
 def test_loss_windows_long_candidates_like_the_scorer(tiny_bert_dir):
     scorer = BERTScorer(model=tiny_bert_dir, layer=2, long_inputs="window")
     loss = BERTScoreLoss(scorer=scorer, max_mode="hard", reduction="none")
@@ -201,7 +201,7 @@ def test_loss_windows_long_candidates_like_the_scorer(tiny_bert_dir):
     assert probs.grad is not None and bool(probs.grad[0, -1].abs().sum() > 0)  # a token of a later window
 
 
-# --- G9: whitespace-like completions are empty everywhere ------------------------------------------------
+# --- whitespace-like completions are empty everywhere ------------------------------------------------
 def test_zero_width_completions_are_empty_in_rewards(tiny_bert_dir):
     from bertscore_loss.integrations.trl import BERTScoreReward, MBRConsensusReward
 
@@ -216,7 +216,7 @@ def test_zero_width_completions_are_empty_in_rewards(tiny_bert_dir):
     assert out == pytest.approx([1.0, -7.0, 1.0], abs=1e-6)
 
 
-# --- G14: bad sources and lengths for sampling are clear errors ------------------------------------------
+# --- bad sources and lengths for sampling are clear errors ------------------------------------------
 def test_sample_ids_checks_ids_and_lengths():
     from .conftest import tiny_bart
 
@@ -231,13 +231,13 @@ def test_sample_ids_checks_ids_and_lengths():
     assert all(len(s) <= 23 for s in out.sequences[0])
 
 
-# --- G15: a lone surrogate names the text ----------------------------------------------------------------
+# --- a lone surrogate names the text ----------------------------------------------------------------
 def test_lone_surrogate_names_the_text(tiny_scorer):
     with pytest.raises(ValueError, match=r"cands\[1\] is not valid Unicode: it holds the lone surrogate '\\udc80'"):
         tiny_scorer.score(["a cat", "the cat \udc80 sat"], ["a", "b"])
 
 
-# --- G16: signatures round-trip any folder name; the layer is plain digits ---------------------------------
+# --- signatures round-trip any folder name; the layer is plain digits ---------------------------------
 def test_signature_round_trips_odd_folder_names():
     for model in ("/models/mini|lm", "C:\\models\\mini", "a\\|b", "x:y"):
         sig = Signature(version="0.1.0", model=model, layer=4)

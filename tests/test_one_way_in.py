@@ -1,4 +1,4 @@
-"""One way into the engine (issue 21): every front end on one engine call and one set of conventions, and
+"""One way into the engine: every front end on one engine call and one set of conventions, and
 no silent wrong score. Each test goes through the public API or the CLI."""
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """The one write rule (bertscore_loss.outputs) and every writer that uses it: the CLI, the quality report script
 and the benchmarks. Each writer refuses to write onto its input and over a git-tracked file without
 --overwrite (and writes it with it), leaves the old file and no temporary file when the write fails midway,
-and writes under docs/ only when the path was given. G11 (output = input) and G12 (tune-layers writes
-nothing before its error) are here; the recipe's G10 and G13 are in test_translation_recipe.py."""
+and writes under docs/ only when the path was given. An output that is also the input, and tune-layers writing
+nothing before its error, are here; the Multi30k recipe's own output rules are in
+studies/multi30k/tests/test_translation_recipe.py."""
 
 from __future__ import annotations
 
@@ -324,15 +325,15 @@ WRITERS = [
     ("benchmarks/metric_speed.py", "--json", "argv", False),
     ("benchmarks/perf_harness.py", "--out", "argv", True),
     ("benchmarks/rerank_speed.py", "--json", "argv", False),
-    ("benchmarks/sampling_speed.py", "--json", "argv", False),
-    ("benchmarks/scorer_bf16_effect.py", "--json", "argv", False),
+    ("studies/multi30k/benchmarks/sampling_speed.py", "--json", "argv", False),
+    ("studies/multi30k/benchmarks/scorer_bf16_effect.py", "--json", "argv", False),
     ("benchmarks/stream_memory.py", "--json", "argv", False),
-    ("benchmarks/translation_arms.py", "--json", "argv", False),
-    ("examples/translation/mbr_data.py", "--out", "argv", True),
+    ("studies/multi30k/benchmarks/translation_arms.py", "--json", "argv", False),
+    ("studies/multi30k/mbr_data.py", "--out", "argv", True),
 ]
 REQUIRED = {  # required options of a script (their values are never read: the check comes first)
-    "benchmarks/scorer_bf16_effect.py": ["--model", "m"],
-    "benchmarks/sampling_speed.py": ["--model", "m"],
+    "studies/multi30k/benchmarks/scorer_bf16_effect.py": ["--model", "m"],
+    "studies/multi30k/benchmarks/sampling_speed.py": ["--model", "m"],
     "benchmarks/mbr_speed.py": ["--lists", "l.json"],
 }
 
@@ -353,7 +354,7 @@ def test_scripts_and_benchmarks_refuse_a_tracked_file_before_running(
     if folder:
         target_dir = repo / "published"
         target_dir.mkdir()
-        names = {"scripts/quality_report.py": "quality.md", "examples/translation/mbr_data.py": "record-rank0.json"}
+        names = {"scripts/quality_report.py": "quality.md", "studies/multi30k/mbr_data.py": "record-rank0.json"}
         name = names.get(path) or f"performance-harness-{module.cpu_bf16_label()}.json"
         (target_dir / name).write_text("committed\n")
         track(target_dir / name)
@@ -383,8 +384,8 @@ DEFAULTS = [
     ("benchmarks/integrations_speed.py", "argv", "check_outputs_or_exit"),
     ("benchmarks/stream_memory.py", "argv", "check_outputs_or_exit"),
     ("benchmarks/perf_harness.py", "argv", "check_outputs_or_exit"),
-    ("benchmarks/scorer_bf16_effect.py", "argv", "check_outputs_or_exit"),
-    ("benchmarks/translation_arms.py", "argv", "check_outputs_or_exit"),
+    ("studies/multi30k/benchmarks/scorer_bf16_effect.py", "argv", "check_outputs_or_exit"),
+    ("studies/multi30k/benchmarks/translation_arms.py", "argv", "check_outputs_or_exit"),
 ]
 
 
@@ -420,6 +421,7 @@ def test_the_rule_is_the_one_helper_everywhere():
         *sorted((ROOT / "scripts").glob("*.py")),
         *sorted((ROOT / "benchmarks").glob("*.py")),
         *sorted((ROOT / "examples").rglob("*.py")),
+        *sorted(p for p in (ROOT / "studies").rglob("*.py") if "tests" not in p.parts),
     ]
     direct = re.compile(
         r"\.write_text\(|\.write_bytes\(|open\([^)]*[\"'][wa]b?[\"']|\.savefig\(|torch\.save\(|json\.dump\("
@@ -430,8 +432,8 @@ def test_the_rule_is_the_one_helper_everywhere():
         ("benchmarks/mbr_speed.py", "json.dump(job, fh)"),
         ("benchmarks/stream_memory.py", 'with open(path, "w", encoding="utf-8") as fh:'),  # temporary input pairs
         ("benchmarks/stream_memory.py", 'with open(out, "w") as fh:'),  # the child's stdout, in a temp folder
-        ("examples/translation/nmt.py", 'corpus.write_text("\\n".join(src + tgt) + "\\n", encoding="utf-8")'),
-        ("examples/translation/nmt.py", 'with open(self.curve_path, "a", encoding="utf-8") as fh:'),  # a log
+        ("studies/multi30k/nmt.py", 'corpus.write_text("\\n".join(src + tgt) + "\\n", encoding="utf-8")'),
+        ("studies/multi30k/nmt.py", 'with open(self.curve_path, "a", encoding="utf-8") as fh:'),  # a log
     }
     found = []
     for path in files:
@@ -452,7 +454,7 @@ def test_outputs_module_is_in_the_core_contract():
 
 
 def test_mbr_sweep_refuses_committed_outputs_before_loading_the_model(tmp_path, capsys):
-    sweep = _load(ROOT / "examples" / "translation" / "mbr_sweep.py")
+    sweep = _load(ROOT / "studies" / "multi30k" / "mbr_sweep.py")
     sample = ROOT / "tests" / "data" / "multi30k"
     repo = git_repo(tmp_path / "repo")
     dest = repo / "docs" / "mbr"

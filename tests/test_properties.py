@@ -1,4 +1,4 @@
-"""Property-based consistency of every front end on the same inputs (issue 28, item 2).
+"""Property-based consistency of every front end on the same inputs.
 
 Random texts (unicode letters, marks, punctuation, CJK, emoji, whitespace-like characters such as
 ``"\\u200b"``, ``"\\ufeff"``, ``"\\u00a0"``, tabs and newlines, texts longer than the model's positions,
@@ -12,11 +12,11 @@ is asserted:
 
 * a text without a content token (empty, whitespace- or zero-width-only) scores 0 before rescaling, with
   a warning (README "Semantics"); the TRL rewards give it ``empty_value`` and never use it as an MBR
-  partner (docs/integrations-trl.md; issue 28 G9: whitespace-like text is empty everywhere);
+  partner (docs/integrations-trl.md: whitespace-like text is empty everywhere);
 * IDF without a fixed table counts the references as given to the call: ``score`` each candidate's,
-  ``score_groups`` (and the reranker) each group's once (README "Rules"; issue 28 G7); it is refused where
+  ``score_groups`` (and the reranker) each group's once (README "Rules"); it is refused where
   batches would change it (``score_stream``, the loss, the Lightning metric, the HF metric and the TRL
-  rewards: one rule, issue 28 G6);
+  rewards: one rule);
 * the HF metric scores the decoded predictions and labels;
 * ``bert-score`` differs where README says so (a negative best match; a side whose weights are all 0).
 
@@ -256,10 +256,10 @@ def trl_kwargs(**columns: Any) -> dict[str, Any]:
 # --- score, score_groups, score_stream ------------------------------------------------------------------
 @PROFILE
 @given(name=st.sampled_from(list(SETTINGS)), groups=GROUPS, chunk=st.integers(1, 4))
-@example(name="idf-refs", groups=[(["the cat "], ["the "]), (["the ", "the "], ["cat "])], chunk=1)  # G7
+@example(name="idf-refs", groups=[(["the cat "], ["the "]), (["the ", "the "], ["cat "])], chunk=1)  # IDF rule
 def test_score_groups_score_and_stream_agree(setups, name, groups, chunk):
     """``score_groups`` (reduce=True) = the reduction of its ``reduce=False`` blocks = ``score`` of the
-    flattened pairs (G7: with IDF and no fixed table, README's rule: the table counts the references as given
+    flattened pairs (with IDF and no fixed table, README's rule: the table counts the references as given
     to the call) = ``score_stream`` of them (IDF over each call: refused) = ``score`` of every single
     (candidate, reference) pair for a fixed table; empty texts score 0 (rescaled) with a warning."""
     scorer = setups.scorer(name)
@@ -293,7 +293,7 @@ def test_score_groups_score_and_stream_agree(setups, name, groups, chunk):
         close(scores[k], one_each[k][:, 0], f"[{name}] score() vs score_groups with one candidate per group ({m})")
     if name != "idf-refs":
         for k, m in enumerate(("precision", "recall", "f1")):
-            close(scores[k], table[k][real], f"G7 [{name}]: score() of the flattened pairs vs score_groups ({m})")
+            close(scores[k], table[k][real], f"IDF [{name}]: score() of the flattened pairs vs score_groups ({m})")
     else:  # README's IDF rule: the table counts the references as given to the call
         given = BERTScorer(encoder=scorer.encoder, idf=True, idf_corpus=[r for rs in refs for r in rs])
         flat = BERTScorer(encoder=scorer.encoder, idf=True, idf_corpus=[r for rs in flat_r for r in rs])
@@ -301,8 +301,8 @@ def test_score_groups_score_and_stream_agree(setups, name, groups, chunk):
             by_group = given.score_groups(cands, refs)
             by_pair = flat.score(flat_c, flat_r)
         for k, m in enumerate(("precision", "recall", "f1")):
-            close(table[k], by_group[k], f"G7 [{name}]: score_groups vs IDF over each group's references once ({m})")
-            close(scores[k], by_pair[k], f"G7 [{name}]: score() vs IDF over each candidate's references ({m})")
+            close(table[k], by_group[k], f"IDF [{name}]: score_groups vs IDF over each group's references once ({m})")
+            close(scores[k], by_pair[k], f"IDF [{name}]: score() vs IDF over each candidate's references ({m})")
     # the reference index names a reference whose F is the best one
     flat_pairs = torch.cat([blk.reshape(3, -1) for blk in pair_blocks], dim=1)
     sizes_r = [len(rs) for rs in flat_r]
@@ -346,12 +346,12 @@ def test_score_groups_score_and_stream_agree(setups, name, groups, chunk):
 # --- the one-hot loss ------------------------------------------------------------------------------------
 @PROFILE
 @given(name=st.sampled_from(FIXED), pairs=PAIRS)
-@example(name="window", pairs=[(LONG, "the cat sat on the mat")])  # G8
+@example(name="window", pairs=[(LONG, "the cat sat on the mat")])  # a long candidate, windowed
 @example(name="rescale", pairs=[("the cat sat", "a cat sat on the mat")])  # the loss is not rescaled
 def test_one_hot_loss_hard_equals_score(setups, name, pairs):
     """``BERTScoreLoss(max_mode="hard")`` on one-hot rows (and on ids) of each candidate's own uncut
     tokenisation gives ``score()``'s P, R, F (README: "one-hot candidates with max_mode="hard" reproduce
-    BERTScorer.score to 1e-5"), long candidates included (G8: windowed like the scorer's under
+    BERTScorer.score to 1e-5"), long candidates included (windowed like the scorer's under
     ``long_inputs="window"``), with the scorer's rescaling."""
     scorer, loss = setups.scorer(name), setups.loss(name)
     cands = [c for c, _ in pairs]
@@ -367,7 +367,7 @@ def test_one_hot_loss_hard_equals_score(setups, name, pairs):
                 a,
                 b,
                 f"[{name}] loss({kind}, max_mode='hard') vs score() ({m}) for candidate token counts "
-                f"{mask.sum(1).tolist()} (model maximum {scorer.encoder.max_length}; G8 when a long candidate "
+                f"{mask.sum(1).tolist()} (model maximum {scorer.encoder.max_length}; a long candidate "
                 "differs under long_inputs='window'; a rescaling scorer's loss must rescale too)",
             )
     close(by_onehot.loss, 1 - by_onehot.f1, f"[{name}] loss = 1 - F")
@@ -375,10 +375,10 @@ def test_one_hot_loss_hard_equals_score(setups, name, pairs):
 
 @PROFILE
 @given(name=st.sampled_from(FIXED), pairs=PAIRS)
-@example(name="plain", pairs=[("a cat", "the cat sat on the mat"), ("the dog", "a dog")])  # G2
+@example(name="plain", pairs=[("a cat", "the cat sat on the mat"), ("the dog", "a dog")])  # padded reference ids
 def test_loss_references_as_ids_equal_references_as_text(setups, name, pairs):
     """The loss's references as texts, as framed id lists, or as a ``[B, L]`` tensor padded with the pad id
-    (G2: refused without ``reference_mask``, never scored as real ``[PAD]`` tokens; with the mask: the same
+    (refused without ``reference_mask``, never scored as real ``[PAD]`` tokens; with the mask: the same
     values)."""
     scorer, loss = setups.scorer(name), setups.loss(name)
     cands = [c for c, _ in pairs]
@@ -407,7 +407,7 @@ def test_loss_references_as_ids_equal_references_as_text(setups, name, pairs):
         close(
             by_tensor.f1,
             by_text.f1,
-            f"G2 [{name}]: loss with references as a [B, L] id tensor padded with {pad} vs as texts (padding "
+            f"padded ids [{name}]: loss with references as a [B, L] id tensor padded with {pad} vs as texts (padding "
             "must not be scored as a real [PAD] token: refuse padded tensors or take a mask)",
         )
     with recorded(), torch.no_grad():
@@ -519,6 +519,7 @@ def test_hf_compute_metrics_equals_score_of_the_decoded_texts(setups, name, pair
         original = scorer.score(cands, refs)
         whole = metrics((preds.numpy(), labels.numpy()))
         rows = [metrics((preds[i : i + 1].numpy(), labels[i : i + 1].numpy())) for i in range(n)]
+        metrics.reset()  # a batched evaluation outside a Trainer starts here
         batched = [metrics((preds[i : i + 1].numpy(), labels[i : i + 1].numpy()), i == n - 1) for i in range(n)]
     for k, key in enumerate(names):
         close(whole[key], expected[k].double().mean(), f"[{name}] compute_metrics {key} vs the mean of score()")
@@ -541,11 +542,11 @@ def test_hf_compute_metrics_equals_score_of_the_decoded_texts(setups, name, pair
 # --- TRL rewards ------------------------------------------------------------------------------------------
 @PROFILE
 @given(name=st.sampled_from(FIXED), pairs=MULTI_PAIRS, measure=MEASURES, chat=st.booleans())
-@example(name="rescale", pairs=[("\u200b", ["the cat"]), ("a cat", ["the cat"])], measure="f1", chat=False)  # G9
+@example(name="rescale", pairs=[("\u200b", ["the cat"]), ("a cat", ["the cat"])], measure="f1", chat=False)  # empty
 def test_trl_reference_reward_equals_score(setups, name, pairs, measure, chat):
     """``BERTScoreReward``: each completion's ``measure`` against its references as ``score()`` gives it, in
     order; a completion without a content token (empty, whitespace- or zero-width-only) gets
-    ``empty_value`` (G9: whitespace-like text is empty everywhere)."""
+    ``empty_value`` (whitespace-like text is empty everywhere)."""
     from bertscore_loss.integrations import BERTScoreReward
 
     scorer = setups.scorer(name)
@@ -561,7 +562,7 @@ def test_trl_reference_reward_equals_score(setups, name, pairs, measure, chat):
         got,
         want,
         f"[{name}] BERTScoreReward ({measure}) vs score(), empty_value for the completions without a content "
-        f"token {[i for i, c in enumerate(cands) if setups.is_empty(c)]} (G9 for zero-width-only completions)",
+        f"token {[i for i, c in enumerate(cands) if setups.is_empty(c)]} (zero-width-only completions are empty)",
     )
 
 
@@ -573,11 +574,11 @@ def test_trl_reference_reward_equals_score(setups, name, pairs, measure, chat):
     groups=st.integers(1, 2),
     measure=MEASURES,
 )
-@example(name="plain", size=2, texts=["the cat", "\ufeff", *["a dog"] * 6], groups=1, measure="f1")  # G9
+@example(name="plain", size=2, texts=["the cat", "\ufeff", *["a dog"] * 6], groups=1, measure="f1")  # empty
 def test_trl_mbr_reward_equals_mean_score_over_non_empty_partners(setups, name, size, texts, groups, measure):
     """``MBRConsensusReward(num_generations=G)``: completion ``i`` gets the mean ``measure`` of
     ``score(c_i, c_j)`` over the other completions ``j`` of its group that have a content token;
-    ``empty_value`` for an empty completion or one without such a partner (G9)."""
+    ``empty_value`` for an empty completion or one without such a partner."""
     from bertscore_loss.integrations import MBRConsensusReward
 
     scorer = setups.scorer(name)
@@ -606,13 +607,13 @@ def test_trl_mbr_reward_equals_mean_score_over_non_empty_partners(setups, name, 
         got,
         want,
         f"[{name}] MBRConsensusReward ({measure}) vs the mean score over non-empty partners; completions without "
-        f"a content token {[i for i, e in enumerate(empty) if e]} must get empty_value and be no one's partner (G9)",
+        f"a content token {[i for i, e in enumerate(empty) if e]} must get empty_value and be no one's partner",
     )
 
 
 # --- one rule for IDF without a fixed table ----------------------------------------------------------------
 def test_idf_without_a_fixed_table_is_one_rule_everywhere(setups):
-    """G6: the Lightning metric refuses ``idf=True`` without ``idf_corpus`` (IDF would change with the
+    """One IDF rule: the Lightning metric refuses ``idf=True`` without ``idf_corpus`` (IDF would change with the
     batching); ``score_stream`` and the loss refuse it too; so must the HF metric and the TRL rewards."""
     from bertscore_loss.integrations import BERTScoreReward, MBRConsensusReward
     from bertscore_loss.integrations.hf import bertscore_compute_metrics
@@ -636,7 +637,7 @@ def test_idf_without_a_fixed_table_is_one_rule_everywhere(setups):
             continue
         accepted.append(what)
     assert not accepted, (
-        f"G6: {accepted} accept idf=True without a fixed IDF table (recomputed per batch / per rank) while the "
+        f"{accepted} accept idf=True without a fixed IDF table (recomputed per batch / per rank) while the "
         "Lightning metric refuses it: one rule everywhere"
     )
 

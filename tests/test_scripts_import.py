@@ -1,4 +1,4 @@
-"""Every name that the benchmarks, scripts and examples import from this project exists (also imports
+"""Every name that the benchmarks, scripts, examples and studies import from this project exists (also imports
 inside functions, which running ``--help`` would not reach)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OURS = ("bertscore_loss", "rerank")
 FILES = sorted(
     p
-    for folder in ("benchmarks", "scripts", "examples")
+    for folder in ("benchmarks", "scripts", "examples", "studies")
     for p in (ROOT / folder).rglob("*.py")
     if ".venv" not in p.parts
 )

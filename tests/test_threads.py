@@ -1,4 +1,4 @@
-"""Thread safety (issue 28, item 4 and group G1): one scorer, one loss and one reranker shared by 4 threads
+"""Thread safety: one scorer, one loss and one reranker shared by 4 threads
 give the serial results.
 
 The shared tokenizer is left in truncation mode first, as a data collator leaves it
@@ -170,7 +170,7 @@ def test_four_threads_equal_serial_with_the_tokenizer_left_in_truncation_mode(sh
     top = max(worst) if worst else (0.0, -1, -1, "")
     score_f = max((d for d, _, _, k in worst if k == "score F"), default=0.0)
     assert not errors and not worst, (
-        f"G1 thread race over {ROUNDS} rounds x {THREADS} threads sharing one scorer/loss/reranker: {len(worst)} "
+        f"thread race over {ROUNDS} rounds x {THREADS} threads sharing one scorer/loss/reranker: {len(worst)} "
         f"output(s) differ from the serial results (max |Δ| {top[0]:.4f} at round {top[1]}, thread {top[2]}, "
         f"{top[3]!r}; max |ΔF| of score() {score_f:.4f}) and {len(errors)} call(s) raised (first: {first_error}): "
         "the shared tokenizer's truncation state (left at max_length=8 by a collator, or set by the library's "

@@ -5,9 +5,7 @@ steps on the committed Marian model."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -220,37 +218,32 @@ def test_pairings_and_several_pairs_per_source(folder):
             assert p.ref_rejected_logp == pytest.approx(float(want), abs=1e-5)
 
 
-def _load_study_nmt():
-    folder = ROOT / "examples" / "translation"
-    sys.path.insert(0, str(folder))
-    spec = importlib.util.spec_from_file_location("nmt", folder / "nmt.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["nmt"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("mode", ["all", "not-shorter", "balanced"])
-def test_selection_is_the_studys_rule(mode):
-    """The same pairs as the Multi30k study's ``MBRTargets.select_pairs`` on 40 pairs of random lengths."""
-    nmt = _load_study_nmt()
+def test_selection_by_hand(mode):
+    """40 pairs of random side lengths: which pairs each selection keeps, counted by hand."""
     gen = torch.Generator().manual_seed(0)
-    examples = []
+    examples, diffs = [], []
     for i in range(40):
         n_w, n_l = (int(v) for v in torch.randint(1, 6, (2,), generator=gen))
         pair = PreferencePair("c", "r", (5,) * n_w, (6,) * n_l, -1.0, -2.0)
         examples.append(MBRExample(i, "p", (7, 1), "c", (5,) * n_w, (pair,)))
-    study = nmt.MBRTargets(
-        {e.index: list(e.target_ids) for e in examples},
-        {e.index: list(e.pairs[0].rejected_ids) for e in examples},
-        {e.index: -1.0 for e in examples},
-        {e.index: -2.0 for e in examples},
-    ).select_pairs(mode)
+        diffs.append(n_w - n_l)
     ours = select_pairs(examples, mode)
-    assert {e.index for e in ours if e.pairs} == set(study.rejected)
-    if mode == "balanced":
-        kept = [len(e.pairs[0].chosen_ids) - len(e.pairs[0].rejected_ids) for e in ours if e.pairs]
-        assert sum(d < 0 for d in kept) == sum(d > 0 for d in kept)
+    assert [e.index for e in ours] == list(range(40))
+    assert [e.target_ids for e in ours] == [e.target_ids for e in examples]
+    kept = {e.index for e in ours if e.pairs}
+    shorter = {i for i, d in enumerate(diffs) if d < 0}
+    longer = {i for i, d in enumerate(diffs) if d > 0}
+    equal = {i for i, d in enumerate(diffs) if d == 0}
+    assert shorter and longer and equal  # the draw covers the three cases
+    if mode == "all":
+        assert kept == set(range(40))
+    elif mode == "not-shorter":
+        assert kept == longer | equal
+    else:  # every pair of the rarer direction, as many of the other, and the equal ones
+        rare, common = (longer, shorter) if len(shorter) >= len(longer) else (shorter, longer)
+        assert equal <= kept and rare <= kept and len(kept & common) == len(rare)
+        assert select_pairs(examples, mode, seed=0) == ours  # a fixed subset for a seed
 
 
 # ---- the loss -------------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from transformers import MarianMTModel
 
+    from bertscore_loss.outputs import write_text
     from rerank.training_data import MBRDataConfig, build_mbr_data
 
     torch.set_num_threads(args.threads)
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "".join(s + "\n" for s in sources)
     if listing.exists() and listing.read_text(encoding="utf-8") != text:
         sys.exit(f"{listing} lists other sources: use another --out or the same --sources/--order-seed")
-    listing.write_text(text, encoding="utf-8")
+    write_text(listing, text)
     model = MarianMTModel.from_pretrained(args.model).eval()
     sp = spm.SentencePieceProcessor(model_file=str(Path(args.model) / "spm.model"))
     config = MBRDataConfig(

@@ -2,19 +2,19 @@
 
     # beam 5 + 64 epsilon samples per training source, ranked by exact MBR-BERTScore (bundled MiniLM):
     # runs/mbr-data/train-eps64/shard-*.jsonl (prompt/chosen/rejected/target/...), resumable, one thread
-    python examples/translation/mbr_data.py --model models/multi30k-de-en --split train --out runs/mbr-data/train-eps64
+    python studies/multi30k/mbr_data.py --model models/multi30k-de-en --split train --out runs/mbr-data/train-eps64
     # two processes on two cores give the same files as one (shards alternate between ranks)
-    python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --rank 0 --world-size 2 &
-    python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --rank 1 --world-size 2
+    python studies/multi30k/mbr_data.py --out runs/mbr-data/train-eps64 --rank 0 --world-size 2 &
+    python studies/multi30k/mbr_data.py --out runs/mbr-data/train-eps64 --rank 1 --world-size 2
 
 A stopped run resumes where it stopped (at most one shard of work is lost). ``<out>/record-rank<k>.json`` records
 the machine (CPU model and bf16 flags), the settings and the seconds per stage over all shards built so far.
 
     # the same lists re-ranked by an equal-share mix of MBR-BERTScore and MBR-chrF (rerank.mixed_ranking):
-    python examples/translation/mbr_data.py --mix-from runs/mbr-data/train-eps64 --out runs/mbr-data/train-eps64-mix
+    python studies/multi30k/mbr_data.py --mix-from runs/mbr-data/train-eps64 --out runs/mbr-data/train-eps64-mix
 
     # what a built folder holds (shards, sources, SHA-256 of each shard, cost, how often MBR-best is not the beam)
-    python examples/translation/mbr_data.py --out runs/mbr-data/train-eps64 --summary docs/.../data.json
+    python studies/multi30k/mbr_data.py --out runs/mbr-data/train-eps64 --summary docs/.../data.json
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ of each kind of list, then one markdown row per decoder:
 
 Usage (val, the split the choice is made on)::
 
-    python examples/translation/mbr_pools.py --lists runs/multi30k/s4/stage3-val --name mrt-seed0 \\
+    python studies/multi30k/mbr_pools.py --lists runs/multi30k/s4/stage3-val --name mrt-seed0 \\
         --split val --beam runs/multi30k/stage2/mrt-seed0/val.hyp.en
 """
 

@@ -1,15 +1,15 @@
 """MBR at scale on Multi30k: beam 5 top-1 against MBR over n epsilon samples, every MBR method, one table.
 
     # a model folder (HF Marian + spm.model) from a stage-1 run's per-epoch weights (default: the latest)
-    python examples/translation/mbr_sweep.py export --stage1 runs/multi30k/converged/stage1 --out runs/mbr/model
+    python studies/multi30k/mbr_sweep.py export --stage1 runs/multi30k/converged/stage1 --out runs/mbr/model
     # beam 5 and n in {32, 64, 128, 256} samples (epsilon 0.02), exact MBR and every approximation,
     # BERTScore and chrF utilities: runs/mbr/val/sweep.{json,md} (--tag NAME: sweep-NAME.{json,md})
-    python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split val --run runs/mbr/val
+    python studies/multi30k/mbr_sweep.py sweep --model runs/mbr/model --split val --run runs/mbr/val
     # the reranking time where the n^2 part dominates: n = 512 and 1,024 on 100 sources
-    python examples/translation/mbr_sweep.py sweep --model runs/mbr/model --split test_2016_flickr --limit 100 \\
+    python studies/multi30k/mbr_sweep.py sweep --model runs/mbr/model --split test_2016_flickr --limit 100 \\
         --sizes 512 1024 --run runs/mbr/large
     # blind outputs: beam 5 top-1 and the n = 256 decoders (exact and one approximation, BERTScore and chrF)
-    python examples/translation/mbr_sweep.py blind --model runs/mbr/model --run runs/mbr/blind --name converged
+    python studies/multi30k/mbr_sweep.py blind --model runs/mbr/model --run runs/mbr/blind --name converged
 
 Every file is written by the project's write rule (``bertscore_loss.outputs``): atomically, and never over a
 file git tracks (published outputs) without ``--overwrite``, which is checked before any decoding.
@@ -48,7 +48,17 @@ from bertscore_loss.outputs import (  # noqa: E402
     write_bytes,
     write_text,
 )
-from rerank import AggregateExact, Method, Prune, agreement, gain_share, get_method, get_utility, mbr  # noqa: E402
+from rerank import (  # noqa: E402
+    AggregateExact,
+    Method,
+    Prune,
+    agreement,
+    gain_share,
+    get_method,
+    get_utility,
+    mbr,
+    native_bf16,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("mbr_sweep")
@@ -149,7 +159,7 @@ class PeakRSS:
 def decode_lists(model, sp, sources: list[str], sizes: list[int], folder: Path, args: argparse.Namespace) -> dict:
     """Beam-5 top-1 and the sample lists of ``sources``, read from ``folder`` or decoded and saved there."""
     folder.mkdir(parents=True, exist_ok=True)
-    bf16 = args.precision == "bf16" or (args.precision == "auto" and nmt.cpu_has_native_bf16())
+    bf16 = args.precision == "bf16" or (args.precision == "auto" and native_bf16("cpu"))
     prec = "bf16-mixed" if bf16 else "32-true"
     lists: dict[str, dict] = {}
     path = folder / "beam5.json"

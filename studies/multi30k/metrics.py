@@ -13,6 +13,7 @@ import sacrebleu
 from sacrebleu.significance import PairedTest
 
 from bertscore_loss import BERTScorer
+from rerank import paired_bootstrap_scores
 
 BOOTSTRAP_SAMPLES = 1000
 SEED = 12345  # sacrebleu's default seed: BERTScore uses the same resampling
@@ -54,17 +55,12 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str], *, with_judge: bool 
     return out
 
 
-def _p_value(sample_diffs: np.ndarray, real_diff: float) -> float:
-    """sacrebleu's paired-bootstrap p-value: centred |differences| that exceed the observed one, +1 smoothed."""
-    stats = sample_diffs - sample_diffs.mean()
-    return (int(np.sum(stats > real_diff)) + 1) / (len(stats) + 1)
-
-
 def paired_bootstrap(
     baseline: Sequence[str], system: Sequence[str], refs: Sequence[str], *, with_judge: bool = False
 ) -> dict:
     """p-values of ``system`` vs ``baseline``: sacrebleu's paired bootstrap for BLEU and chrF, and the same
-    resampling (same seed, same indices, same statistic) over sentence BERTScore F (and the judge's F)."""
+    resampling (same seed, same indices, same statistic: :func:`rerank.paired_bootstrap_scores`) over sentence
+    BERTScore F (and the judge's F)."""
     test = PairedTest(
         [("baseline", list(baseline)), ("system", list(system))],
         {"BLEU": sacrebleu.BLEU(), "chrF": sacrebleu.CHRF()},
@@ -74,12 +70,10 @@ def paired_bootstrap(
     )
     _, results = test()
     out = {"bleu_p": results["BLEU"][1].p_value, "chrf_p": results["chrF2"][1].p_value}  # sacrebleu names it chrF2
-    idx = np.random.default_rng(SEED).choice(len(refs), size=(BOOTSTRAP_SAMPLES, len(refs)), replace=True)
     sentence = {"bertscore_p": sentence_bertscore}
     if with_judge:
         sentence["judge_p"] = sentence_judge
     for key, fn in sentence.items():
-        base, sys_ = fn(baseline, refs), fn(system, refs)
-        diffs = np.abs(sys_[idx].mean(1) - base[idx].mean(1))
-        out[key] = _p_value(diffs, abs(sys_.mean() - base.mean()))
+        test = paired_bootstrap_scores(fn(baseline, refs), fn(system, refs), n_samples=BOOTSTRAP_SAMPLES, seed=SEED)
+        out[key] = test.p_value
     return out

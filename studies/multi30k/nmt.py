@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
+from bertscore_loss import textio
 from bertscore_loss.outputs import atomic_path, write_text
+from rerank import native_bf16
 
 logger = logging.getLogger("translation")
 
@@ -34,9 +36,9 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 # --------------------------------------------------------------------------------------------------- data
 def read_lines(path: str | Path) -> list[str]:
-    """One sentence per line; lines end at ``\\n`` only (``str.splitlines`` would also split at U+2028)."""
-    text = Path(path).read_text(encoding="utf-8")
-    return [line.rstrip("\r") for line in text.split("\n")[: -1 if text.endswith("\n") else None]]
+    """One sentence per line (:func:`bertscore_loss.textio.read_lines`: lines end at ``\\n`` or ``\\r\\n`` only,
+    never at U+2028 as ``str.splitlines`` would)."""
+    return textio.read_lines(path, what="text file")
 
 
 def read_pairs(data: str | Path, split: str, limit: int | None = None) -> tuple[list[str], list[str]]:
@@ -253,19 +255,11 @@ def freeze_positions(model):
     return model
 
 
-def cpu_has_native_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
 def scorer_dtype(name: str) -> str:
     """The frozen scorer's dtype for a ``scorer_dtype`` setting: ``auto`` = bfloat16 where the CPU has native
     bf16 (AMX or AVX512-BF16: never assumed), else float32; ``float32``/``bfloat16`` as given."""
     if name == "auto":
-        return "bfloat16" if cpu_has_native_bf16() else "float32"
+        return "bfloat16" if native_bf16("cpu") else "float32"
     if name not in ("float32", "bfloat16"):
         raise ValueError(f"scorer_dtype must be 'float32', 'bfloat16' or 'auto', got {name!r}")
     return name
@@ -688,19 +682,16 @@ class MBRTargets:
         ``"not-shorter"``: the pairs whose chosen side is at least as long as the rejected one (a preference
         that never rewards a shorter output); ``"balanced"``: the pairs of equal length, every pair of the
         rarer direction (chosen shorter, or chosen longer) and as many of the other direction (a fixed random
-        subset, seed 0), so that the kept pairs carry no net preference for either length."""
-        if mode not in DPO_PAIRS:
-            raise ValueError(f"pair selection must be one of {', '.join(DPO_PAIRS)}, got {mode!r}")
-        diff = {i: len(self.target[i]) - len(r) for i, r in self.rejected.items()}
-        keep = {i for i, d in diff.items() if d >= 0 or mode == "all"}
-        if mode == "balanced":
-            shorter = sorted(i for i, d in diff.items() if d < 0)
-            longer = sorted(i for i, d in diff.items() if d > 0)
-            if len(shorter) >= len(longer):  # MBR-BERTScore's pairs: a subset of the shorter-chosen ones
-                keep |= set(random.Random(0).sample(shorter, len(longer)))
-            else:  # e.g. a mix with chrF, whose recall favours the longer side: a subset of the longer-chosen ones
-                keep = {i for i, d in diff.items() if d == 0} | set(shorter)
-                keep |= set(random.Random(0).sample(longer, len(shorter)))
+        subset, seed 0), so that the kept pairs carry no net preference for either length.
+
+        The rule is :func:`rerank.select_pairs` (seed 0) on the pairs in training-index order."""
+        from rerank.preference_data import MBRExample, PreferencePair, select_pairs
+
+        examples = []
+        for i, r in sorted(self.rejected.items()):
+            pair = PreferencePair("", "", tuple(self.target[i]), tuple(r), None, None)
+            examples.append(MBRExample(i, "", (), "", tuple(self.target[i]), (pair,)))
+        keep = {e.index for e in select_pairs(examples, mode, seed=0) if e.pairs}  # type: ignore[arg-type]
         return MBRTargets(
             self.target,
             {i: r for i, r in self.rejected.items() if i in keep},
@@ -738,7 +729,11 @@ def candidate_log_probs(
     (each group cut to its longest candidate), then the output layer and log-softmax at real positions only
     (``bertscore_loss.risk.label_log_probs``). Equals ``sequence_log_probs(model(input_ids=src[sources],
     ..., labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the
-    encoder that made them) through ``sources`` (tests/test_fast_objectives.py).
+    encoder that made them) through ``sources`` (studies/multi30k/tests/test_fast_paths.py).
+
+    :func:`bertscore_loss.risk.target_log_probs` gives the same values from the sources (it runs the encoder
+    itself); this form takes encoder states already made, so the ``mrt`` arm scores its samples from the CE
+    pass's encoder output (one encoder pass per update, its dropout draw shared with the CE term).
     """
     from bertscore_loss.risk import label_log_probs
 
@@ -1033,8 +1028,11 @@ class FineTuner(Translator):
     def preference_term(self, batch: dict):
         """``mbr-dpo``: the preference loss over the batch's rows with an MBR pair, or None (no such row).
 
-        Chosen and rejected log-probabilities from one encoder pass and :func:`candidate_log_probs`, the whole
-        model without dropout (as the stored reference log-probabilities were made), gradients kept."""
+        Chosen and rejected log-probabilities from :func:`bertscore_loss.risk.target_log_probs` (each source
+        encoded once), the whole model without dropout (as the stored reference log-probabilities were made),
+        gradients kept."""
+        from bertscore_loss.risk import target_log_probs
+
         assert self.mbr is not None and self.preference is not None, "mbr-dpo needs MBR pairs and a PreferenceLoss"
         idx = [r for r, i in enumerate(batch["index"].tolist()) if i in self.mbr.rejected]
         if not idx:
@@ -1043,14 +1041,9 @@ class FineTuner(Translator):
         dev = batch["input_ids"].device
         chosen = [self.mbr.target[i] for i in keys]
         rejected = [self.mbr.rejected[i] for i in keys]
+        sources = [batch["input_ids"][r][batch["attention_mask"][r].bool()].tolist() for r in idx]
         with no_dropout(self.model):
-            sel = torch.tensor(idx, device=dev)
-            enc = self.model.get_encoder()(
-                input_ids=batch["input_ids"][sel], attention_mask=batch["attention_mask"][sel]
-            )
-            labels = pad(chosen + rejected, -100).to(dev)
-            sources = torch.arange(len(idx), device=dev).repeat(2)
-            lp = candidate_log_probs(self.model, enc.last_hidden_state, batch["attention_mask"][sel], sources, labels)
+            lp = target_log_probs(self.model, sources, chosen + rejected, list(range(len(idx))) * 2)
         ref_c = torch.tensor([self.mbr.ref_chosen[i] for i in keys], device=dev)
         ref_r = torch.tensor([self.mbr.ref_rejected[i] for i in keys], device=dev)
         n_w = torch.tensor([len(c) for c in chosen], device=dev)

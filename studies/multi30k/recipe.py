@@ -1,8 +1,8 @@
 """Multi30k de→en with BERTScore inside training and decoding: one command per stage, each resumable.
 
-    python examples/translation/recipe.py stage1 --config configs/translation/stage1.yaml
-    python examples/translation/recipe.py stage2 --config configs/translation/stage2.yaml --arm mrt --seed 0
-    python examples/translation/recipe.py stage3 --config configs/translation/stage3.yaml
+    python studies/multi30k/recipe.py stage1 --config studies/multi30k/configs/stage1.yaml
+    python studies/multi30k/recipe.py stage2 --config studies/multi30k/configs/stage2.yaml --arm mrt --seed 0
+    python studies/multi30k/recipe.py stage3 --config studies/multi30k/configs/stage3.yaml
 
 See docs/multi30k.md (the record: docs/results/finetuning-multi30k/record.md) for the figures each stage
 produced and what every option means.
@@ -37,6 +37,7 @@ import nmt  # noqa: E402
 
 from bertscore_loss.outputs import OutputRefusedError, check_output, write_bytes, write_text  # noqa: E402
 from bertscore_loss.preference import PREFERENCE_LOSS_TYPES  # noqa: E402
+from rerank import native_bf16  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("translation")
@@ -236,7 +237,7 @@ def resolve(path: str) -> Path:
 
 def precision_of(name: str) -> str:
     if name == "auto":
-        return "bf16-mixed" if nmt.cpu_has_native_bf16() else "32-true"
+        return "bf16-mixed" if native_bf16("cpu") else "32-true"
     return name
 
 
@@ -335,7 +336,7 @@ def read_checkpoint(path: Path) -> dict:
 
 def stage1_command(out: str = "runs/multi30k/stage1") -> str:
     config = "converged.yaml" if "converged" in out else "stage1.yaml"
-    return f"python examples/translation/recipe.py stage1 --config configs/translation/{config}"
+    return f"python studies/multi30k/recipe.py stage1 --config studies/multi30k/configs/{config}"
 
 
 def model_hint(path: str) -> str:
@@ -349,7 +350,7 @@ def model_hint(path: str) -> str:
     match = re.fullmatch(r"(ce|bertscore|mrt)-seed(\d+)", p.parent.name) if p.name == "model" else None
     if match:
         return (
-            f"it is written by `python examples/translation/recipe.py stage2 --arm {match[1]} --seed {match[2]} "
+            f"it is written by `python studies/multi30k/recipe.py stage2 --arm {match[1]} --seed {match[2]} "
             f"--out {p.parent.parent.as_posix()}` (with the stage-2 config that made it)"
         )
     if p.name == "model":
@@ -369,7 +370,7 @@ def check_reference_model(model, sp, mbr_data: str, init: str) -> None:
         raise SystemExit(
             f"init {init} is not the model that built mbr_data ({e}); DPO's stored reference log-probabilities "
             f"must be those of the model training starts from: set init to that model, or build the data with "
-            f"examples/translation/mbr_data.py --model {init}"
+            f"studies/multi30k/mbr_data.py --model {init}"
         ) from None
 
 
@@ -558,7 +559,7 @@ class Stage2Config:
     # the weight of the CE on the references (1: every published arm; BERTTune trains on -F alone: 0)
     ce_weight: float = 1.0
     # mbr-distill / mbr-dpo: a folder of MBR-ranked training data (rerank.build_mbr_data, e.g.
-    # examples/translation/mbr_data.py); the arms use the sources it holds (a partial build: the shards so far)
+    # studies/multi30k/mbr_data.py); the arms use the sources it holds (a partial build: the shards so far)
     mbr_data: str | None = None
     distill_share: float = 0.5  # mbr-distill: share of those rows whose label is the MBR-best target
     # the evaluation sets also scored by an independent judge (all-mpnet-base-v2, the accurate extra): judge_f
@@ -624,7 +625,7 @@ def equal_time_updates(cfg: Stage2Config) -> tuple[int, dict]:
 
     ``time_ratio`` None: that run's ``train_seconds`` ÷ the ``seconds_per_update`` of the ``ce`` run of the
     same seed beside it (``<its folder>/../ce-seed<k>``); a number or a JSON of
-    ``benchmarks/translation_arms.py`` (the ``ratio_to_ce`` of the arm timed with the run's arm and
+    ``studies/multi30k/benchmarks/translation_arms.py`` (the ``ratio_to_ce`` of the arm timed with the run's arm and
     ``COST_SETTINGS``): its updates × that ratio. An ``mbr-*`` arm's one-off data generation
     (:func:`data_seconds`) is added, in ce updates.
     """
@@ -712,10 +713,10 @@ def cost_settings(arm: str, settings: dict) -> dict:
 
 
 def benchmark_ratio(timing: dict, sem: dict, source: str, label: str | None = None) -> tuple[str, float]:
-    """(label, ratio_to_ce) of the arm in a ``benchmarks/translation_arms.py`` JSON timed with the semantic
-    run's arm and cost settings (``COST_SETTINGS``); the older ``{"ratio_to_ce": {arm: r}}`` is by arm name.
-    ``label``: the benchmark arm to use (it must match those settings); needed where several match at
-    different ratios."""
+    """(label, ratio_to_ce) of the arm in a ``studies/multi30k/benchmarks/translation_arms.py`` JSON timed with
+    the semantic run's arm and cost settings (``COST_SETTINGS``); the older ``{"ratio_to_ce": {arm: r}}`` is by
+    arm name. ``label``: the benchmark arm to use (it must match those settings); needed where several match
+    at different ratios."""
     if "arms" not in timing:
         ratios = timing.get("ratio_to_ce", {})
         if sem["arm"] not in ratios:
@@ -746,7 +747,8 @@ def benchmark_ratio(timing: dict, sem: dict, source: str, label: str | None = No
         changed = {k: v for k, v in run.items() if k == "arm" or v != cost_settings("", {})[k]}
         raise SystemExit(
             f"time_ratio {source}: no arm in it was timed with this run's settings {changed} "
-            f"(has {sorted(timed)}); time it with benchmarks/translation_arms.py or give time_ratio as a number"
+            f"(has {sorted(timed)}); time it with studies/multi30k/benchmarks/translation_arms.py or give time_ratio "
+            "as a number"
         )
     return matches[0], timing["arms"][matches[0]]["ratio_to_ce"]
 
@@ -823,9 +825,9 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
     if cfg.mrt_candidates not in nmt.MRT_CANDIDATES:
         raise SystemExit(f"mrt_candidates {cfg.mrt_candidates!r}: expected one of {', '.join(nmt.MRT_CANDIDATES)}")
     if cfg.arm.startswith("mbr-") and not cfg.mbr_data:
-        raise SystemExit(f"arm {cfg.arm} needs mbr_data: a folder built by examples/translation/mbr_data.py")
+        raise SystemExit(f"arm {cfg.arm} needs mbr_data: a folder built by studies/multi30k/mbr_data.py")
     if cfg.arm.startswith("mbr-") and not (resolve(cfg.mbr_data) / "manifest.json").exists():
-        raise SystemExit(f"mbr_data {cfg.mbr_data}: no MBR data there (build it with examples/translation/mbr_data.py)")
+        raise SystemExit(f"mbr_data {cfg.mbr_data}: no MBR data there (build it with studies/multi30k/mbr_data.py)")
     for name, top in (("distill_share", 1.0), ("ce_weight", math.inf), ("nll_weight", math.inf)):
         value = getattr(cfg, name)
         if not (math.isfinite(value) and 0 <= value <= top):

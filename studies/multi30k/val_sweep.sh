@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Stage-2 settings chosen on val only (seed 0, the same length as the stage-2 runs of the config); each run
 # goes to $OUT/<name>/<arm>-seed0 and is summarised by
-#   python examples/translation/recipe.py sweep-report --sweep runs/multi30k/sweep
-# Usage: bash examples/translation/val_sweep.sh [name ...]   (default: all variants below)
-# The converged protocol (issue 19) sweeps the same way from its own config:
-#   CONFIG=configs/translation/stage2-converged.yaml OUT=runs/multi30k/converged/sweep \
-#     bash examples/translation/val_sweep.sh bertscore-w1 mrt-w1
-#   python examples/translation/recipe.py sweep-report --sweep runs/multi30k/converged/sweep \
+#   python studies/multi30k/recipe.py sweep-report --sweep runs/multi30k/sweep
+# Usage: bash studies/multi30k/val_sweep.sh [name ...]   (default: all variants below)
+# The converged protocol sweeps the same way from its own config:
+#   CONFIG=studies/multi30k/configs/stage2-converged.yaml OUT=runs/multi30k/converged/sweep \
+#     bash studies/multi30k/val_sweep.sh bertscore-w1 mrt-w1
+#   python studies/multi30k/recipe.py sweep-report --sweep runs/multi30k/converged/sweep \
 #     --stage2 runs/multi30k/converged/stage2
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-CONFIG=${CONFIG:-configs/translation/stage2.yaml}
+CONFIG=${CONFIG:-studies/multi30k/configs/stage2.yaml}
 OUT=${OUT:-runs/multi30k/sweep}
 declare -A VARIANTS=(  # every variant names all its swept settings, so config changes do not move it
   [bertscore-w1]="--arm bertscore --weight 1 --set gumbel=null --set temperature=0.05"
@@ -32,6 +32,6 @@ names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${!VARIANTS[@]}")
 for name in "${names[@]}"; do
   # shellcheck disable=SC2086
-  python examples/translation/recipe.py stage2 --config "$CONFIG" --seed 0 \
+  python studies/multi30k/recipe.py stage2 --config "$CONFIG" --seed 0 \
     --out "$OUT/$name" --set "eval_sets=[val]" --set blind=false ${VARIANTS[$name]}
 done

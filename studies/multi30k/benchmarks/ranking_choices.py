@@ -1,13 +1,14 @@
 """What each ranking of built MBR data picks, scored against the training references.
 
-For the first ``--sources`` rows of a folder built by ``examples/translation/mbr_data.py`` (every candidate
+For the first ``--sources`` rows of a folder built by ``studies/multi30k/mbr_data.py`` (every candidate
 and its expected MBR-BERTScore stored), the chosen candidate of: the beam output; the MBR ranking mixed with
 MBR-chrF at each ``--weights`` share (``rerank.mixed_ranking.mixed_scores``: 0 = MBR-BERTScore alone, 1 =
 MBR-chrF alone); each scored against the sources' references by corpus BLEU, chrF, BERTScore F (bundled
 MiniLM) and the length ratio, with how often it is the beam output. On a converged model's own training
 sources these say which ranking's choices are nearer to what the model was trained on.
 
-    OMP_NUM_THREADS=1 python benchmarks/ranking_choices.py --data runs/mbr-data/train-eps64 --sources 1000
+    OMP_NUM_THREADS=1 python studies/multi30k/benchmarks/ranking_choices.py --data runs/mbr-data/train-eps64 \
+        --sources 1000
 
 Prints a table and writes a JSON (``--json``, default ``runs/ranking-choices.json``) labelled with the CPU.
 """
@@ -19,8 +20,8 @@ import math
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "translation"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "studies" / "multi30k"))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,6 +1,6 @@
 """Samples per second: ``rerank.sample_ids`` against plain ``model.generate(num_return_sequences=n)``.
 
-Same model (a Multi30k Marian folder with ``spm.model``, as ``examples/translation`` writes it), same
+Same model (a Multi30k Marian folder with ``spm.model``, as ``studies/multi30k`` writes it), same
 sources, same epsilon sampling (``epsilon_cutoff`` / ``SamplingConfig.epsilon``, ``top_k=0``). Systems,
 timed in alternating rounds in one process (the best round of each is kept):
 
@@ -11,7 +11,7 @@ timed in alternating rounds in one process (the best round of each is kept):
 * ``sample_ids float32`` and ``sample_ids bf16`` (bf16 autocast; on a CPU without native bf16 it is
   emulated and slow, the row says so).
 
-    python benchmarks/sampling_speed.py --model runs/mbr/model --sources 32 --n 64 --threads 2
+    python studies/multi30k/benchmarks/sampling_speed.py --model runs/mbr/model --sources 32 --n 64 --threads 2
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-if str(HERE.parent) not in sys.path:
-    sys.path.insert(0, str(HERE.parent))
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "examples" / "translation"))
+ROOT = Path(__file__).resolve().parents[3]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "studies" / "multi30k"))
 from eval_speed import cpu_model, quiet  # noqa: E402
 
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
@@ -39,7 +39,7 @@ from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, type=Path, help="HF Marian folder with spm.model")
-    ap.add_argument("--data", type=Path, default=HERE.parents[1] / "shared" / "data" / "multi30k")
+    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "multi30k")
     ap.add_argument("--split", default="val")
     ap.add_argument("--sources", type=int, default=32)
     ap.add_argument("--n", type=int, default=64, help="samples per source")

@@ -11,7 +11,7 @@ On the stage-2 batches of seed 0 (``--batch-tokens``), with the generator of ``-
 
 Also times the scoring call (fp32 vs bf16). Run with one thread:
 
-    OMP_NUM_THREADS=1 python benchmarks/scorer_bf16_effect.py --threads 1 --model models/multi30k-de-en
+    OMP_NUM_THREADS=1 python studies/multi30k/benchmarks/scorer_bf16_effect.py --threads 1 --model models/multi30k-de-en
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "translation"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "studies" / "multi30k"))
 import nmt  # noqa: E402
 import recipe  # noqa: E402
 
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
+from rerank import native_bf16  # noqa: E402
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -38,7 +39,7 @@ def cosine(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "configs" / "translation" / "stage2.yaml"))
+    parser.add_argument("--config", default=str(ROOT / "studies" / "multi30k" / "configs" / "stage2.yaml"))
     parser.add_argument("--model", required=True, help="generator folder (HF + spm.model)")
     parser.add_argument("--batch-tokens", type=int, default=2048)
     parser.add_argument("--batches", type=int, default=4)
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     args.json = args.json or str(ROOT / "runs" / "scorer-bf16-effect.json")
     check_outputs_or_exit(parser, [args.json], **rules)
     torch.set_num_threads(args.threads)
-    if not nmt.cpu_has_native_bf16():
+    if not native_bf16("cpu"):
         print("note: this CPU has no native bf16: the bf16 scorer is emulated (slow) here", file=sys.stderr)
     from bertscore_loss import BERTScoreLoss, BERTScorer, MinimumRiskLoss, VocabBridge
 
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
         for name, s in scorers.items()
     }
     module = nmt.FineTuner(model, sp, cfg.train, val, "bf16-mixed", "mrt", samples=cfg.samples)
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=nmt.cpu_has_native_bf16())
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16, enabled=native_bf16("cpu"))
     f_diff, risk_diff, grad_cos, rank_same, seconds = [], [], [], [], {n: 0.0 for n in scorers}
     bs_f_diff, bs_grad_cos = [], []
     torch.manual_seed(0)

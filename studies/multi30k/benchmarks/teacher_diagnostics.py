@@ -11,7 +11,7 @@ committed converged base), float32, one thread:
   ``bertscore`` arm with Gumbel-softmax samples at τ 1 (the published runs) and τ 0.1 (BERTTune); and the
   cosine of each with the CE gradient (how much of it only repeats CE).
 
-    OMP_NUM_THREADS=1 python benchmarks/teacher_diagnostics.py --threads 1
+    OMP_NUM_THREADS=1 python studies/multi30k/benchmarks/teacher_diagnostics.py --threads 1
 
 Prints a table and writes a JSON (``--json``, default ``runs/teacher-diagnostics.json``) labelled with the CPU.
 """
@@ -27,8 +27,8 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "translation"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "studies" / "multi30k"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="models/multi30k-de-en")
-    p.add_argument("--config", default="configs/translation/stage2-teacher.yaml")
+    p.add_argument("--config", default="studies/multi30k/configs/stage2-teacher.yaml")
     p.add_argument("--batch-tokens", type=int, default=2048)
     p.add_argument("--rows", type=int, default=32, help="sources of the batch used (the first N; default 32)")
     p.add_argument("--k", type=int, default=8, help="candidates per source (default 8)")

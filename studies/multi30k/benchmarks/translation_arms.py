@@ -1,15 +1,15 @@
 """Seconds per update of the Multi30k stage-2 arms, as ratios to the cross-entropy control, in one run.
 
 Every arm fine-tunes its own copy of the generator (``--model``: an HF folder with ``spm.model``) with the
-settings of ``configs/translation/stage2.yaml`` (overridable with ``--set key=value``) on the same batches
+settings of ``studies/multi30k/configs/stage2.yaml`` (overridable with ``--set key=value``) on the same batches
 (the stage-2 batches of seed 0, ``--batch-tokens`` rows × longest side). The arms are **alternated**:
 update ``i`` of every arm runs before update ``i + 1`` of any, so a change in the machine's load hits all
 arms alike; the first ``--skip`` updates of each arm (first batches, allocator, encoder load) are not
 counted. An update is what Lightning runs: ``training_step`` under the run's precision (``bf16-mixed``
 autocast where the CPU has native bf16), backward, gradient clipping, Adam step.
 
-    OMP_NUM_THREADS=1 python benchmarks/translation_arms.py --threads 1 --model models/multi30k-de-en
-    OMP_NUM_THREADS=1 python benchmarks/translation_arms.py --threads 1 --profile     # where the time goes
+    OMP_NUM_THREADS=1 python studies/multi30k/benchmarks/translation_arms.py --threads 1 --model models/multi30k-de-en
+    OMP_NUM_THREADS=1 python studies/multi30k/benchmarks/translation_arms.py --threads 1 --profile  # where time goes
 
 ``--arms`` names the arms to time, each ``<arm>`` or ``<label>=<arm>:key=value,key=value`` (Stage2Config
 options for that arm only; ``module.<attr>=value`` sets an attribute of its ``FineTuner``), e.g. ``--arms ce
@@ -43,8 +43,8 @@ from typing import Any
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples" / "translation"))
+ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "studies" / "multi30k"))
 import nmt  # noqa: E402
 import recipe  # noqa: E402
 
@@ -287,7 +287,7 @@ def update(arm: Arm, batch: dict, index: int, precision: str) -> tuple[float, fl
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--config", default=str(ROOT / "configs" / "translation" / "stage2.yaml"))
+    parser.add_argument("--config", default=str(ROOT / "studies" / "multi30k" / "configs" / "stage2.yaml"))
     parser.add_argument("--model", help="generator folder (HF + spm.model); default: the config's init")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="Stage2Config option for every arm")
     parser.add_argument("--arms", nargs="+", default=DEFAULT_ARMS, help="arms to time (see above); ce comes first")

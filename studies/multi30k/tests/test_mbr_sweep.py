@@ -1,4 +1,4 @@
-"""examples/translation/mbr_sweep.py end to end on a random tiny Marian model and the committed Multi30k sample."""
+"""studies/multi30k/mbr_sweep.py end to end on a random tiny Marian model and the committed Multi30k sample."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = Path(__file__).resolve().parent / "data" / "multi30k"
-RECIPE = ROOT / "examples" / "translation"
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "tests" / "data" / "multi30k"
+RECIPE = ROOT / "studies" / "multi30k"
 
 
 def _load(name: str):

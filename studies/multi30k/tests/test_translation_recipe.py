@@ -1,4 +1,4 @@
-"""The Multi30k recipe (examples/translation) on a committed sample with tiny models.
+"""The Multi30k recipe (studies/multi30k) on a committed sample with tiny models.
 
 Fast: bad input ends in one clear line (config files, --set keys and values, missing model folders,
 corrupt checkpoints), settings stored with a run refuse a changed rerun, the stage-2 batches are a function
@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = Path(__file__).resolve().parent / "data" / "multi30k"
-RECIPE = ROOT / "examples" / "translation"
+ROOT = Path(__file__).resolve().parents[3]
+SAMPLE = ROOT / "tests" / "data" / "multi30k"
+RECIPE = ROOT / "studies" / "multi30k"
 
 
 def _load(name: str):
@@ -196,7 +196,7 @@ def test_a_missing_model_folder_names_the_command_that_makes_it(recipe, tmp_path
     stage2 = ["stage2", *data, "--set", f"init={stage1}/model", "--set", "updates=2", "--out", str(tmp_path)]
     msg = _exits(recipe, stage2)
     assert msg.startswith(f"init {stage1}/model: the model folder does not exist;")
-    assert f"recipe.py stage1 --config configs/translation/stage1.yaml --out {stage1}" in msg
+    assert f"recipe.py stage1 --config studies/multi30k/configs/stage1.yaml --out {stage1}" in msg
     folder = tmp_path / "runs" / "stage2" / "mrt-seed1" / "model"
     msg = _exits(recipe, ["stage3", *data, "--model", str(folder), "--out", str(tmp_path / "s3")])
     assert f"recipe.py stage2 --arm mrt --seed 1 --out {folder.parent.parent}" in msg
@@ -205,7 +205,7 @@ def test_a_missing_model_folder_names_the_command_that_makes_it(recipe, tmp_path
     evaluate = ["evaluate", "--data", str(SAMPLE), "--model", str(folder)]
     assert "the model folder has no spm.model;" in _exits(recipe, evaluate)
     hint = recipe.model_hint("models/multi30k-de-en")
-    assert "committed converged base" in hint and "configs/translation/converged.yaml" in hint
+    assert "committed converged base" in hint and "studies/multi30k/configs/converged.yaml" in hint
     assert not (tmp_path / "s3").exists() and not (tmp_path / "mrt-seed0").exists()  # nothing written
 
 
@@ -265,7 +265,7 @@ def documented_commands() -> list[list[str]]:
     texts = re.findall(
         r"```bash\n(.*?)```", (ROOT / "docs/results/finetuning-multi30k/record.md").read_text("utf-8"), re.S
     )
-    texts += [p.read_text(encoding="utf-8") for p in sorted((ROOT / "configs" / "translation").glob("*.yaml"))]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((RECIPE / "configs").glob("*.yaml"))]
     commands = []
     for text in texts:
         text = re.sub(r"\\\n#?\s*", " ", text)  # continuation lines (in configs: commented)
@@ -276,7 +276,7 @@ def documented_commands() -> list[list[str]]:
                     r"\s*for (\w+) in (\S+).*", part
                 ):
                     variables[m[1]] = m[2]
-            if "examples/translation/recipe.py" not in line:
+            if "studies/multi30k/recipe.py" not in line:
                 continue
             for name, value in variables.items():
                 line = re.sub(rf"\$\{{?{name}\b\}}?", value, line)
@@ -893,9 +893,9 @@ def test_equal_time_report_counts_the_data_and_adds_the_judge(recipe, tmp_path: 
 
 @pytest.mark.slow
 def test_arms_benchmark_records_what_times_a_run(recipe, tiny_model, tmp_path):
-    """benchmarks/translation_arms.py writes each arm's cost settings; an equal-time control reads the ratio
-    of the arm timed with its semantic run's settings."""
-    spec = importlib.util.spec_from_file_location("translation_arms", ROOT / "benchmarks" / "translation_arms.py")
+    """The study's benchmarks/translation_arms.py writes each arm's cost settings; an equal-time control reads
+    the ratio of the arm timed with its semantic run's settings."""
+    spec = importlib.util.spec_from_file_location("translation_arms", RECIPE / "benchmarks" / "translation_arms.py")
     bench = importlib.util.module_from_spec(spec)
     sys.modules["translation_arms"] = bench  # its dataclasses look their module up
     spec.loader.exec_module(bench)
@@ -1130,7 +1130,7 @@ def test_mbr_dpo_pair_selection_by_length_and_ipo_on_token_counts(recipe, tiny_m
         kept_lens = [lens[i] for i in synthetic.rejected]
         assert sorted(kept_lens) == [3, 3, 5, 5, 7, 7], (n_short, n_long)  # no net preference for a length
         assert set(synthetic.rejected) == set(synthetic.ref_chosen) == set(synthetic.ref_rejected)
-    with pytest.raises(ValueError, match="pair selection must be one of all, not-shorter, balanced, got 'x'"):
+    with pytest.raises(ValueError, match="pair selection must be one of all, balanced, not-shorter, got 'x'"):
         mbr.select_pairs("x")
     module.preference = PreferenceLoss(beta=0.5, nll_weight=0.0, loss_type="ipo")
     out = module.preference_term(train.collate(list(range(12))))
@@ -1167,6 +1167,8 @@ def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
     ]
     (data / "timing.jsonl").write_text("".join(json.dumps(t) + "\n" for t in timing))
     (data / "manifest.json").write_text(json.dumps({"format": 1, "sources": 8, "config": {"shard_size": 4}}))
+    for shard in (0, 1):  # only shards that exist count (a killed build's timing row without its shard does not)
+        (data / f"shard-{shard:05d}.jsonl").write_text("")
     for name, r in {
         "mbr-dpo-seed0": {
             "arm": "mbr-dpo",
@@ -1188,6 +1190,7 @@ def test_equal_time_of_an_mbr_arm_counts_its_data_generation(recipe, tmp_path):
     mixed.mkdir()
     remix_timing = {"shard": 0, "sources": 8, "seconds": {"mbr": 2.0, "log_probs": 2.0}}
     (mixed / "timing.jsonl").write_text(json.dumps(remix_timing))
+    (mixed / "shard-00000.jsonl").write_text("")
     digest = hashlib.sha256(json.dumps(json.loads((data / "manifest.json").read_text()), sort_keys=True).encode())
     mix_manifest = {"format": 1, "sources": 8, "mix": {"weight": 0.5}, "from_manifest_sha256": digest.hexdigest()[:16]}
     (mixed / "manifest.json").write_text(json.dumps({**mix_manifest, "from_folder": str(data)}))
