@@ -65,25 +65,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def cpu_info() -> dict[str, Any]:
-    """CPU model, the bf16 flags (``avx512_bf16``, ``amx_bf16``) and the core count."""
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name") and model in ("", platform.machine(), platform.processor()):
-                    model = line.split(":", 1)[1].strip()
-                elif line.startswith("flags"):
-                    flags |= set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return {
-        "cpu": model,
-        "bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16"}),
-        "cores": os.cpu_count(),
-    }
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     import torch
@@ -91,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     from scipy.stats import pearsonr, spearmanr
 
     from bertscore_loss import BERTScorer
+    from bertscore_loss.machine import cpu_bf16_flags, cpu_model
     from bertscore_loss.outputs import write_text
     from bertscore_loss.quality import read_stsb, read_wmt_daseg
 
@@ -103,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     speed_idx = [i for lp in lps for i in by_lp[lp]][: args.speed_pairs]
     speed_c, speed_r = [wmt.cands[i] for i in speed_idx], [wmt.refs[i] for i in speed_idx]
     env = {
-        **cpu_info(),
+        "cpu": cpu_model(),
+        "bf16_flags": cpu_bf16_flags(),
+        "cores": os.cpu_count(),
         "threads": args.threads,
         "torch": torch.__version__,
         "transformers": transformers.__version__,

@@ -34,6 +34,7 @@ from typing import Any
 
 import torch
 
+from bertscore_loss.machine import cpu_flags, cpu_model  # cpu_model: also the other benchmarks' CPU name
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 
 LANG_PAIRS = ("cs-en", "de-en", "fi-en", "ro-en", "ru-en", "tr-en")
@@ -86,22 +87,12 @@ def load_pairs(data: Path, limit: int | None) -> tuple[list[str], list[str]]:
 
 def cpu_bf16_label() -> str:
     """The CPU's bf16 kind from its flags: ``amx`` (``amx_bf16``), ``avx512bf16`` (``avx512_bf16`` only) or
-    ``nobf16`` (neither: bf16 is emulated). Names the files a benchmark publishes, since machines differ."""
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
+    ``nobf16`` (neither: bf16 is emulated); ``unknown`` where ``/proc/cpuinfo`` cannot be read. Names the files
+    a benchmark publishes, since machines differ."""
+    flags = cpu_flags()
+    if flags is None:
         return "unknown"
     return "amx" if "amx_bf16" in flags else "avx512bf16" if "avx512_bf16" in flags else "nobf16"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def best_time(

@@ -34,15 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from eval_speed import cpu_model, quiet  # noqa: E402
 
+from bertscore_loss.machine import cpu_bf16_flags, cpu_flags  # noqa: E402
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
-
-
-def cpu_flags() -> str:
-    try:
-        flags = Path("/proc/cpuinfo").read_text().split()
-    except OSError:
-        return "unknown"
-    return ",".join(sorted({f for f in flags if f in ("avx512_bf16", "amx_bf16")})) or "none"
 
 
 def load_texts(limit: int) -> tuple[list[str], list[str]]:
@@ -165,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     load = subprocess.run(["cat", "/proc/loadavg"], capture_output=True, text=True).stdout.strip()
     env = {
         "cpu": cpu_model(),
-        "bf16_flags": cpu_flags(),
+        "bf16_flags": "unknown" if cpu_flags() is None else ",".join(sorted(cpu_bf16_flags())) or "none",
         "threads": args.threads,
         "python": platform.python_version(),
         "torch": torch.__version__,

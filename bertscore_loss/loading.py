@@ -9,12 +9,12 @@ import os
 import sys
 import warnings
 from collections.abc import Iterator
-from functools import cache
 from typing import Any
 
 import torch
 from torch import nn
 
+from .machine import cpu_has_native_bf16 as cpu_has_native_bf16  # re-exported for the encoder
 from .presets import ACCURATE_NAME, ACCURATE_NAMES, BUNDLED_NAME, PACKAGED_MODELS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -185,17 +185,6 @@ def check_model_folder(path: str) -> None:
             json.load(fh)
     except (ValueError, UnicodeDecodeError) as exc:
         raise ModelNotFoundError(f"{config}: not a valid JSON model config ({exc})") from exc
-
-
-@cache
-def cpu_has_native_bf16() -> bool:
-    """Whether this CPU computes bf16 matmuls natively (AMX or AVX512-BF16); else PyTorch emulates them."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            flags = set(fh.read().split())
-    except OSError:  # not Linux: trust the user
-        return True
-    return bool(flags & {"amx_bf16", "avx512_bf16"})
 
 
 def _get_attr_path(obj: object, path: str) -> object | None:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import Measure, check_measure
+from .machine import budget_groups
 from .scorer import BERTScorer, ScorerConfig, scorer_from
 
 
@@ -144,18 +145,6 @@ def label_log_probs(
     return out
 
 
-def _length_groups(lengths: Sequence[int], budget: int) -> list[list[int]]:
-    """Row indices in groups, longest first, each at most ``budget`` padded tokens (one row may exceed it)."""
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    groups: list[list[int]] = []
-    for i in order:
-        if groups and (len(groups[-1]) + 1) * lengths[groups[-1][0]] <= budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
-    return groups
-
-
 def _padded(rows: Sequence[Sequence[int]], value: int, device: torch.device) -> Tensor:
     width = max(len(r) for r in rows)
     return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
@@ -243,7 +232,7 @@ def _seq2seq_log_probs(
     bias = getattr(model, "final_logits_bias", None)
     head = model.get_output_embeddings()
     lean = bias is not None and head is not None and getattr(head, "bias", None) is None
-    groups = _length_groups([len(t) for t in targets], budget)
+    groups = budget_groups([len(t) for t in targets], budget)
     parts = []
     for rows in groups:
         labels = _padded([targets[i] for i in rows], -100, device)  # [n, T]
@@ -278,7 +267,7 @@ def _causal_log_probs(
     device: torch.device,
 ) -> tuple[list[Tensor], list[list[int]]]:
     whole = [[*sources[o], *t] for o, t in zip(owners, targets)]
-    groups = _length_groups([len(w) for w in whole], budget)
+    groups = budget_groups([len(w) for w in whole], budget)
     parts = []
     for rows in groups:
         ids = _padded([whole[i] for i in rows], pad, device)  # right padding: positions 0.. of every row

@@ -30,12 +30,9 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from bertscore_loss.lightning import BERTScoreMetric
+from bertscore_loss.textio import read_lines  # lines end at \n or \r\n only; a BOM is dropped
 
 EXAMPLE_DATA = Path(__file__).resolve().parent / "data"
-
-
-def read_lines(path: str | Path) -> list[str]:
-    return Path(path).read_text(encoding="utf-8").splitlines()
 
 
 class PairDataset(Dataset):

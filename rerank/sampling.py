@@ -24,13 +24,13 @@ import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
+
+from bertscore_loss import machine
 
 __all__ = ["Samples", "SamplingConfig", "filter_logits", "native_bf16", "sample_ids"]
 
@@ -51,28 +51,11 @@ _UNSUPPORTED = {
 }
 
 
-@cache
-def _cpu_flags() -> frozenset[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    flags: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            flags |= set(line.split(":", 1)[1].split())
-    return frozenset(flags)
-
-
 def native_bf16(device: torch.device | str = "cpu") -> bool:
     """Whether ``device`` computes bfloat16 natively: a CPU with ``avx512_bf16`` or ``amx_bf16`` in
-    ``/proc/cpuinfo`` (never assumed elsewhere), or a CUDA device where ``torch.cuda.is_bf16_supported()``."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return bool(torch.cuda.is_available() and torch.cuda.is_bf16_supported())
-    if device.type == "cpu":
-        return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
-    return False
+    ``/proc/cpuinfo`` (never assumed elsewhere), or a CUDA device where ``torch.cuda.is_bf16_supported()``
+    (:func:`bertscore_loss.machine.native_bf16`)."""
+    return machine.native_bf16(device)
 
 
 @dataclass(frozen=True)

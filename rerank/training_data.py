@@ -42,6 +42,7 @@ from typing import Any, Literal, Protocol
 import torch
 from tqdm.auto import tqdm
 
+from bertscore_loss.machine import budget_groups
 from bertscore_loss.outputs import append_line, write_text
 from bertscore_loss.risk import target_log_probs
 
@@ -257,17 +258,6 @@ def _pad(rows: Sequence[Sequence[int]], value: int, device: torch.device) -> tor
     return torch.tensor([list(r) + [value] * (width - len(r)) for r in rows], dtype=torch.long, device=device)
 
 
-def _budget_batches(lengths: Sequence[int], per_row: int, budget: int) -> list[list[int]]:
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    batches: list[list[int]] = []
-    for i in order:
-        if batches and (len(batches[-1]) + 1) * lengths[batches[-1][0]] * per_row <= budget:
-            batches[-1].append(i)
-        else:
-            batches.append([i])
-    return batches
-
-
 @torch.no_grad()
 def _beam_ids(model: Any, ids: list[list[int]], beams: int, budget: int, bf16: bool) -> list[list[int]]:
     """Beam-search top-1 ids (generated tokens only, without special tokens) per source, in input order."""
@@ -275,7 +265,7 @@ def _beam_ids(model: Any, ids: list[list[int]], beams: int, budget: int, bf16: b
     pad, eos = int(model.config.pad_token_id), int(model.config.eos_token_id)
     special = {pad, eos}
     out: list[list[int]] = [[] for _ in ids]
-    for batch in _budget_batches([len(s) for s in ids], beams, budget):
+    for batch in budget_groups([len(s) for s in ids], budget, per_row=beams):
         src = _pad([ids[i] for i in batch], pad, device)
         mask = torch.zeros_like(src, dtype=torch.bool)
         for r, i in enumerate(batch):

@@ -25,8 +25,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.data import DataLoader, Sampler
 
-from bertscore_loss import textio
+from bertscore_loss.machine import cpu_label  # the label of every recorded figure
 from bertscore_loss.outputs import atomic_path, write_text
+from bertscore_loss.textio import read_lines  # lines end at \n or \r\n only, never at U+2028
 from rerank import native_bf16
 
 logger = logging.getLogger("translation")
@@ -35,12 +36,6 @@ PAD, UNK, BOS, EOS = 0, 1, 2, 3
 
 
 # --------------------------------------------------------------------------------------------------- data
-def read_lines(path: str | Path) -> list[str]:
-    """One sentence per line (:func:`bertscore_loss.textio.read_lines`: lines end at ``\\n`` or ``\\r\\n`` only,
-    never at U+2028 as ``str.splitlines`` would)."""
-    return textio.read_lines(path, what="text file")
-
-
 def read_pairs(data: str | Path, split: str, limit: int | None = None) -> tuple[list[str], list[str]]:
     src, tgt = read_lines(Path(data) / f"{split}.de"), read_lines(Path(data) / f"{split}.en")
     if len(src) != len(tgt):
@@ -263,21 +258,6 @@ def scorer_dtype(name: str) -> str:
     if name not in ("float32", "bfloat16"):
         raise ValueError(f"scorer_dtype must be 'float32', 'bfloat16' or 'auto', got {name!r}")
     return name
-
-
-def cpu_label() -> str:
-    """The CPU model and its bf16 flags, to label every recorded figure."""
-    model, flags = "unknown CPU", set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and model == "unknown CPU":
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags |= set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
-    return f"{model} ({', '.join(bf16) if bf16 else 'no native bf16'})"
 
 
 # ------------------------------------------------------------------------------------------------ decoding
