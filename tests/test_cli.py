@@ -226,6 +226,7 @@ def test_bundled_folder_is_recognised_by_its_files():
 
 
 # --- any readable path: pipes, FIFOs, process substitution, /dev/null ---------------------------------------------
+@pytest.mark.slow  # three CLI processes
 def test_process_substitution_and_dev_stdin_stream_like_files(tiny_bert_dir, tmp_path):
     cands, refs = ["a cat sat on the mat", "the dog barked", "hello"], ["the cat sat", "a dog was barking", "hi"]
     (tmp_path / "x.tsv").write_text("".join(f"{c}\t{r}\n" for c, r in zip(cands, refs)), encoding="utf-8")

@@ -225,7 +225,7 @@ def test_bad_inputs(tiny_bert_dir):
         BERTScoreMetric(tiny_bert_dir, 2, idf=True)
     with pytest.raises(ValueError, match="idf_corpus is given but idf=False"):
         BERTScoreMetric(tiny_bert_dir, 2, idf_corpus=["a b"])
-    with pytest.raises(FileNotFoundError, match="is not a file"):
+    with pytest.raises(FileNotFoundError, match="does not exist"):
         BERTScoreMetric(tiny_bert_dir, 2, idf=True, idf_corpus="/nonexistent/corpus.txt")
     metric = BERTScoreMetric(tiny_bert_dir, 2)
     with pytest.raises(ValueError, match="got 2 candidates but 1 references"):
