@@ -246,3 +246,25 @@ def tiny_causal_lm(tokenizer, positions: int = 128, *, seed: int = 0):
         pad_token_id=tokenizer.pad_token_id,
     )
     return GPT2LMHeadModel(config)
+
+
+@pytest.fixture(scope="session")
+def spm_model(tmp_path_factory) -> str:
+    """A unigram sentencepiece model (800 pieces; pad 0, unk 1, bos 2, eos 3) trained on the committed corpus."""
+    import sentencepiece as spm
+
+    d = tmp_path_factory.mktemp("spm")
+    corpus = d / "corpus.txt"
+    corpus.write_text("\n".join(fixed_corpus()[:3000]) + "\n", encoding="utf-8")
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(d / "sp"),
+        vocab_size=800,
+        model_type="unigram",
+        pad_id=0,
+        unk_id=1,
+        bos_id=2,
+        eos_id=3,
+        minloglevel=2,
+    )
+    return str(d / "sp.model")

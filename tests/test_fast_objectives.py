@@ -17,30 +17,7 @@ from bertscore_loss import BERTScorer, VocabBridge
 from bertscore_loss.loss import BERTScoreLoss
 from bertscore_loss.token_distributions import TopK, expected_rows, expected_top_k, to_probs, top_k_probs
 
-from .conftest import fixed_corpus
-
 REFS = ["A man in a red shirt rides a bicycle.", "Two dogs are playing in snow.", "A woman reads a book."]
-
-
-@pytest.fixture(scope="module")
-def spm_model(tmp_path_factory) -> str:
-    import sentencepiece as spm
-
-    d = tmp_path_factory.mktemp("spm-fast")
-    corpus = d / "corpus.txt"
-    corpus.write_text("\n".join(fixed_corpus()[:3000]) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(d / "sp"),
-        vocab_size=800,
-        model_type="unigram",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return str(d / "sp.model")
 
 
 @pytest.fixture(scope="module")

@@ -7,31 +7,8 @@ import torch
 
 from bertscore_loss import BERTScoreLoss, BERTScorer, SentencePieceVocab, VocabBridge
 
-from .conftest import fixed_corpus
-
 TEXTS = ["A man in a red shirt is riding a bike.", "Two dogs play in the snow, jumping!"]
 REFS = ["A man in a red shirt rides a bicycle.", "Two dogs are playing in snow."]
-
-
-@pytest.fixture(scope="module")
-def spm_model(tmp_path_factory) -> str:
-    import sentencepiece as spm
-
-    d = tmp_path_factory.mktemp("spm")
-    corpus = d / "corpus.txt"
-    corpus.write_text("\n".join(fixed_corpus()[:3000]) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(d / "sp"),
-        vocab_size=800,
-        model_type="unigram",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return str(d / "sp.model")
 
 
 @pytest.fixture(scope="module")

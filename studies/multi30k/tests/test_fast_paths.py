@@ -19,30 +19,8 @@ import torch
 from torch import Tensor
 
 from bertscore_loss import BERTScorer
-from tests.conftest import fixed_corpus
 
 REFS = ["A man in a red shirt rides a bicycle.", "Two dogs are playing in snow.", "A woman reads a book."]
-
-
-@pytest.fixture(scope="module")
-def spm_model(tmp_path_factory) -> str:
-    import sentencepiece as spm
-
-    d = tmp_path_factory.mktemp("spm-fast")
-    corpus = d / "corpus.txt"
-    corpus.write_text("\n".join(fixed_corpus()[:3000]) + "\n", encoding="utf-8")
-    spm.SentencePieceTrainer.train(
-        input=str(corpus),
-        model_prefix=str(d / "sp"),
-        vocab_size=800,
-        model_type="unigram",
-        pad_id=0,
-        unk_id=1,
-        bos_id=2,
-        eos_id=3,
-        minloglevel=2,
-    )
-    return str(d / "sp.model")
 
 
 @pytest.fixture(scope="module")

@@ -25,36 +25,7 @@ def _study_metrics():
     return module
 
 
-REFS = [
-    "A man rides a bike down a hill.",
-    "Two dogs run on the grass.",
-    "A woman is reading a book in the park.",
-    "Children play football in the street.",
-    "A little girl climbs into a wooden playhouse.",
-    "Several men in hard hats operate a machine.",
-    "A boy jumps into the water.",
-    "Two young men are outside near some bushes.",
-]
-BASE = [
-    "A man on a bike.",
-    "Two dogs are running.",
-    "A woman reads.",
-    "Kids play a ball game.",
-    "A girl climbs into a house.",
-    "Men in helmets work a machine.",
-    "A boy in water.",
-    "Two men outside.",
-]
-SYSTEM = [
-    "A man rides a bike down the hill.",
-    "Two dogs run on grass.",
-    "A woman is reading a book in a park.",
-    "Children play football on the street.",
-    "A little girl climbs into a playhouse of wood.",
-    "Several men in hard hats operate a machine.",
-    "A boy jumps in the water.",
-    "Two young men are outdoors near bushes.",
-]
+from tests.test_significance import BASE, REFS, SYSTEM  # noqa: E402  (the same sentences as the library's test)
 
 
 @pytest.mark.slow
