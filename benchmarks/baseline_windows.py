@@ -52,7 +52,7 @@ def windowed_baseline(
     progress: bool | None = None,
 ) -> dict[int, tuple[float, float, float]]:
     """``baseline_from_corpus(sentences, model, ...)`` computed ``window`` layers at a time: ``{layer: (P, R, F)}``."""
-    from bertscore_loss import FrozenEncoder
+    from bertscore_loss.encoder import FrozenEncoder
     from bertscore_loss.quality.baseline_tool import baseline_from_corpus
 
     if window < 1:

@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from bertscore_loss import BERTScorer, FrozenEncoder
+from bertscore_loss import BERTScorer
+from bertscore_loss.encoder import FrozenEncoder
 from bertscore_loss.loss import BERTScoreLoss
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text
 from bertscore_loss.search import (

@@ -67,7 +67,8 @@ def padded(tok, texts: list[str], pad: int) -> np.ndarray:
 def second_evaluation(tok, n: int, repeats: int) -> dict:
     from transformers import EvalPrediction
 
-    from bertscore_loss import BERTScorer, FrozenEncoder
+    from bertscore_loss import BERTScorer
+    from bertscore_loss.encoder import FrozenEncoder
     from bertscore_loss.integrations import BERTScoreMetrics
 
     preds_a, refs = load_texts(n)
@@ -97,7 +98,8 @@ def second_evaluation(tok, n: int, repeats: int) -> dict:
 def reward_throughput(n_prompts: int, per_step: int, group: int, steps: int, per_call_steps: int) -> dict:
     import bert_score
 
-    from bertscore_loss import BERTScorer, FrozenEncoder, bundled_model_path
+    from bertscore_loss import BERTScorer, bundled_model_path
+    from bertscore_loss.encoder import FrozenEncoder
     from bertscore_loss.integrations import BERTScoreReward
 
     sources, refs = load_texts(n_prompts * group)

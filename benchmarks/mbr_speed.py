@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     from bertscore_loss import BERTScorer
-    from rerank import AggregateExact, BERTScoreUtility, mbr
+    from rerank import mbr
+    from rerank.bertscore_utility import BERTScoreUtility
+    from rerank.mbr import AggregateExact
 
     lists = load(args.lists, args.sources)
     utility = BERTScoreUtility(BERTScorer(layer=args.layer, progress=False))

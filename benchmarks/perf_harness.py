@@ -98,7 +98,7 @@ def mean_pearson(f: torch.Tensor, human: list[float], lp_of: list[int]) -> float
 
 def floor_batches(encoder: Any, texts: list[str], budget: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The unique texts tokenised, length-sorted and cut into token-budget batches (untimed preparation)."""
-    from bertscore_loss.tokens import length_order
+    from bertscore_loss._tokens import length_order
 
     ids = encoder.tokenize(texts).ids
     order, _, _ = length_order(ids)
@@ -121,9 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     import bert_score
     import transformers
 
-    from bertscore_loss import BERTScorer, FrozenEncoder
+    from bertscore_loss import BERTScorer, bundled_model_path
     from bertscore_loss.config import batch_tokens_for
-    from bertscore_loss.loading import bundled_model_path, cpu_has_native_bf16
+    from bertscore_loss.encoder import FrozenEncoder
+    from bertscore_loss.machine import cpu_has_native_bf16
 
     cands, refs, human, lp_of = load(args.data, args.limit)
     n, layer, bs, k = len(cands), args.layer, args.batch_size, args.repeats

@@ -1,42 +1,26 @@
-"""BERTScore inside training and decoding: an exact evaluation mode and a differentiable loss."""
+"""BERTScore inside training and decoding: an exact evaluation mode and a differentiable loss.
+
+The root exports the names most code needs; everything else lives in a public submodule
+(:mod:`bertscore_loss.matching`, :mod:`bertscore_loss.search`, :mod:`bertscore_loss.encoder`, ...). Modules
+whose name starts with ``_`` are the engine's and private.
+"""
 
 from __future__ import annotations
 
+import importlib
+import warnings
+
+from ._loading import BERTScoreWarning, ModelNotFoundError, bundled_model_path
+from ._pipeline import Scores
 from ._version import __version__
-from .baseline import BaselineNotFoundError, load_baseline, read_baseline, write_baseline
-from .blocks import match_blocks
-from .bridge import SentencePieceVocab, VocabBridge
-from .config import MEASURES, Measure, ScorerConfig, check_measure
-from .encoder import FrozenEncoder
-from .idf import idf_table, token_weights
-from .loading import BERTScoreWarning, ModelNotFoundError, bundled_model_path
-from .loss import BERTScoreLoss, LossConfig, LossOutput
-from .matching import (
-    Matches,
-    bertscore,
-    cosine_matrix,
-    f_score,
-    greedy_match,
-    matched_similarities,
-    precision_recall_f,
-    rescale,
-    soft_max,
-)
-from .packed import PackedEmbeddings
-from .pipeline import PRF, Scores, reduce_references
-from .preference import DPOTerms, PreferenceConfig, PreferenceLoss, PreferenceOutput, dpo_loss
-from .registry import encoder_for, get_encoder
-from .risk import MinimumRiskLoss, RiskOutput, sequence_log_probs
-from .scorer import BERTScorer, scorer_from
-from .search import (
-    LogitConfig,
-    SearchConfig,
-    SearchResult,
-    coordinate_search,
-    frequent_tokens,
-    optimise_logits,
-    token_log_prior,
-)
+from .baseline import BaselineNotFoundError
+from .bridge import VocabBridge
+from .config import ScorerConfig
+from .loss import BERTScoreLoss, LossConfig
+from .matching import bertscore
+from .preference import PreferenceConfig, PreferenceLoss
+from .risk import MinimumRiskLoss, sequence_log_probs, target_log_probs
+from .scorer import BERTScorer
 from .signature import Signature
 
 __all__ = [
@@ -44,54 +28,78 @@ __all__ = [
     "BERTScoreWarning",
     "BERTScorer",
     "BaselineNotFoundError",
-    "DPOTerms",
-    "FrozenEncoder",
-    "LogitConfig",
     "LossConfig",
-    "LossOutput",
-    "MEASURES",
-    "Measure",
     "MinimumRiskLoss",
-    "Matches",
     "ModelNotFoundError",
-    "PRF",
-    "PackedEmbeddings",
     "PreferenceConfig",
     "PreferenceLoss",
-    "PreferenceOutput",
-    "RiskOutput",
     "Scores",
     "ScorerConfig",
-    "SearchConfig",
-    "SearchResult",
-    "SentencePieceVocab",
     "Signature",
     "VocabBridge",
     "__version__",
     "bertscore",
     "bundled_model_path",
-    "check_measure",
-    "coordinate_search",
-    "cosine_matrix",
-    "dpo_loss",
-    "encoder_for",
-    "f_score",
-    "frequent_tokens",
-    "get_encoder",
-    "greedy_match",
-    "idf_table",
-    "load_baseline",
-    "match_blocks",
-    "matched_similarities",
-    "optimise_logits",
-    "precision_recall_f",
-    "read_baseline",
-    "reduce_references",
-    "rescale",
-    "scorer_from",
     "sequence_log_probs",
-    "soft_max",
-    "token_log_prior",
-    "token_weights",
-    "write_baseline",
+    "target_log_probs",
 ]
+
+# Names the root exported in 0.1.0, and their public homes: ``bertscore_loss.<name>`` still resolves for one
+# release, with a DeprecationWarning (``__getattr__``).
+_MOVED: dict[str, str] = {
+    **dict.fromkeys(("load_baseline", "read_baseline", "write_baseline"), "bertscore_loss.baseline"),
+    "SentencePieceVocab": "bertscore_loss.bridge",
+    **dict.fromkeys(("MEASURES", "Measure", "check_measure"), "bertscore_loss.config"),
+    **dict.fromkeys(("FrozenEncoder", "PackedEmbeddings"), "bertscore_loss.encoder"),
+    **dict.fromkeys(("idf_table", "token_weights"), "bertscore_loss.idf"),
+    "LossOutput": "bertscore_loss.loss",
+    **dict.fromkeys(
+        (
+            "Matches",
+            "cosine_matrix",
+            "f_score",
+            "greedy_match",
+            "matched_similarities",
+            "precision_recall_f",
+            "rescale",
+            "soft_max",
+        ),
+        "bertscore_loss.matching",
+    ),
+    **dict.fromkeys(("DPOTerms", "PreferenceOutput", "dpo_loss"), "bertscore_loss.preference"),
+    **dict.fromkeys(("encoder_for", "get_encoder"), "bertscore_loss.registry"),
+    "RiskOutput": "bertscore_loss.risk",
+    **dict.fromkeys(("PRF", "match_blocks", "reduce_references", "scorer_from"), "bertscore_loss.scorer"),
+    **dict.fromkeys(
+        (
+            "LogitConfig",
+            "SearchConfig",
+            "SearchResult",
+            "coordinate_search",
+            "frequent_tokens",
+            "optimise_logits",
+            "token_log_prior",
+        ),
+        "bertscore_loss.search",
+    ),
+}
+# Engine modules made private: ``bertscore_loss.<name>`` is a shim of ``bertscore_loss._<name>`` that warns on
+# import, for one release.
+_SHIMS = ("blocks", "chunking", "loading", "packed", "pairs", "pipeline", "tokens")
+
+
+def __getattr__(name: str) -> object:
+    home = _MOVED.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(
+        f"bertscore_loss.{name} is deprecated: import it from {home} (`from {home} import {name}`); "
+        "the root alias is removed in the next release",
+        DeprecationWarning,
+        stacklevel=2,
+    )
+    return getattr(importlib.import_module(home), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

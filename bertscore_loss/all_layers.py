@@ -18,13 +18,13 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ._loading import ModelNotFoundError, config_layers, resolve_model_path, warn
+from ._packed import PackedEmbeddings
+from ._pipeline import ScoringPlan
+from ._tokens import length_order
 from .config import max_elements_for
 from .encoder import FrozenEncoder
-from .loading import ModelNotFoundError, config_layers, resolve_model_path, warn
 from .matching import normalize
-from .packed import PackedEmbeddings
-from .pipeline import ScoringPlan
-from .tokens import length_order
 
 logger = logging.getLogger(__name__)
 

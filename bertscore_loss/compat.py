@@ -22,8 +22,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from . import BaselineNotFoundError, ModelNotFoundError, __version__, read_baseline
-from .baseline import packaged_baseline
+from . import BaselineNotFoundError, ModelNotFoundError, __version__
+from .baseline import packaged_baseline, read_baseline
 from .presets import BUNDLED_NAME, default_layer
 from .quality import load_full_encoder, plot_similarity, score_all_layers
 from .scorer import BERTScorer as NativeScorer

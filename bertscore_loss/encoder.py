@@ -1,4 +1,4 @@
-"""The frozen, layer-truncated encoder: loading (:mod:`.loading`), tokenisation (:mod:`.tokens`), embedding."""
+"""The frozen, layer-truncated encoder: loading, tokenisation (the private engine modules), embedding."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from .cache import EmbeddingCache
-from .loading import (
+from ._loading import (
     count_layers,
     cpu_has_native_bf16,
     load_pretrained,
@@ -23,9 +22,12 @@ from .loading import (
     truncate_layers,
     warn,
 )
-from .packed import PackedEmbeddings, normalize_tokens
+from ._packed import PackedEmbeddings, normalize_tokens
+from ._tokens import Tokenization, Tokenized, _is_byte_level, length_order, window_plan
+from .cache import EmbeddingCache
 from .presets import BUNDLED_NAME, default_layer
-from .tokens import Tokenization, Tokenized, _is_byte_level, length_order, window_plan
+
+__all__ = ["FrozenEncoder", "PackedEmbeddings", "Tokenization", "Tokenized"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +39,9 @@ class FrozenEncoder(Tokenization, nn.Module):
     folder; None = the bundled all-MiniLM-L6-v2. ``layer``: None = preset for known models, else the
     last layer (with a warning). ``long_inputs``: texts longer than the model's maximum are cut
     (``"truncate"``, as ``bert-score``, with a warning) or encoded in overlapping windows (``"window"``,
-    every ``window_stride`` text tokens; None = half a window).
+    every ``window_stride`` text tokens; None = half a window). Tokenisation comes from :class:`Tokenization`
+    (:meth:`Tokenization.tokenize`, :meth:`Tokenization.padded_batches`, :attr:`Tokenization.framing`,
+    :attr:`Tokenization.window_body`).
     """
 
     # Declared for type checkers (nn.Module's __getattr__ would type them as Tensor | Module).
@@ -171,7 +175,7 @@ class FrozenEncoder(Tokenization, nn.Module):
     def embed_token_ids(
         self, ids: Sequence[Sequence[int]], *, batch_tokens: int | None = None, cache: EmbeddingCache | None = None
     ) -> tuple[PackedEmbeddings, list[list[int]], int]:
-        """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`tokenize` returns them)."""
+        """Like :meth:`embed_texts` for texts given as framed token ids (as :meth:`Tokenization.tokenize` gives)."""
         rows = [[int(t) for t in r] for r in ids]
         cache = self.cache if cache is None else cache
         if cache.max_bytes == 0:

@@ -12,11 +12,11 @@ import torch
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ._loading import warn
 from .bridge import VocabBridge
 from .cache import EmbeddingCache
 from .config import Measure, ScorerConfig, check_measure, check_number
 from .encoder import FrozenEncoder
-from .loading import warn
 from .matching import MaxMode, bertscore, f_score, rescale
 from .registry import is_registered, private_copy
 from .scorer import BERTScorer, scorer_from

@@ -19,7 +19,7 @@ from functools import cache
 
 import torch
 
-from .chunking import budget_runs
+from ._chunking import budget_runs
 
 __all__ = [
     "NATIVE_BF16_FLAGS",

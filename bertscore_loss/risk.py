@@ -162,12 +162,13 @@ def _check_ids(name: str, rows: Sequence[Sequence[int]], vocab: int | None) -> N
 
 def target_log_probs(
     model: Any,
-    sources: Sequence[Sequence[int]],
+    sources: Sequence[Sequence[int]] | None,
     targets: Sequence[Sequence[int]],
     owners: Sequence[int] | None = None,
     *,
     token_budget: int = 8192,
     grad: bool = True,
+    encoder_states: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """Log-probability ``[N]`` (float32) of each target given its source, under a Hugging Face encoder–decoder
     or causal LM: many candidates per source, in groups of at most ``token_budget`` padded target tokens.
@@ -181,18 +182,27 @@ def target_log_probs(
     never holding the ``[N, T, V]`` logits. A causal LM reads ``source + target`` and sums the target
     positions' log-probabilities. The model's mode is used as it is (call ``model.eval()`` for the values
     without dropout). ``grad=False``: no graph (as ``torch.no_grad()``); else differentiable in the weights.
+
+    ``encoder_states``: an encoder–decoder's encoder output ``[B, S, d]`` and attention mask ``[B, S]`` made
+    already (say by the pass of another loss term, sharing its dropout draw); the encoder is not run again,
+    ``owners`` index their rows, ``sources`` may be None, and the gradient reaches the states.
     """
     if isinstance(token_budget, bool) or not isinstance(token_budget, int) or token_budget < 1:
         raise ValueError(f"token_budget must be a positive int, got {token_budget!r}")
     cfg = model.config
     vocab = getattr(cfg, "vocab_size", None)
-    _check_ids("sources", sources, vocab)
+    count = _check_states(cfg, sources, encoder_states) if encoder_states is not None else None
+    if sources is not None:
+        _check_ids("sources", sources, vocab)
+        count = len(sources)
+    elif count is None:
+        raise ValueError("sources are needed unless encoder_states are given")
     _check_ids("targets", targets, vocab)
     own = list(range(len(targets))) if owners is None else [int(o) for o in owners]
     if len(own) != len(targets):
         raise ValueError(f"owners must hold one source index per target: {len(own)} for {len(targets)} targets")
-    if any(not 0 <= o < len(sources) for o in own):
-        raise ValueError(f"owners must lie in [0, {len(sources)}) (one index into sources per target)")
+    if any(not 0 <= o < count for o in own):
+        raise ValueError(f"owners must lie in [0, {count}) (one index into sources per target)")
     device = next(model.parameters()).device
     if not targets:
         return torch.zeros(0, device=device)
@@ -200,32 +210,56 @@ def target_log_probs(
     pad = int(pad if pad is not None else 0)
     with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
         if getattr(cfg, "is_encoder_decoder", False):
-            parts, rows = _seq2seq_log_probs(model, sources, targets, own, token_budget, pad, device)
+            parts, rows = _seq2seq_log_probs(model, sources, targets, own, token_budget, pad, device, encoder_states)
         else:
+            assert sources is not None  # (encoder_states are refused for a causal LM above)
             parts, rows = _causal_log_probs(model, sources, targets, own, token_budget, pad, device)
         flat = torch.cat(parts)
         order = torch.tensor([i for group in rows for i in group], device=device)
         return flat[torch.argsort(order)]
 
 
+def _check_states(cfg: Any, sources: Sequence[Sequence[int]] | None, encoder_states: Any) -> int:
+    """The number of sources ``encoder_states`` (``([B, S, d], [B, S])``) hold, or a clear error."""
+    if not getattr(cfg, "is_encoder_decoder", False):
+        raise ValueError("encoder_states are for encoder-decoder models (a causal LM has no encoder)")
+    if not (isinstance(encoder_states, tuple) and len(encoder_states) == 2):
+        raise TypeError("encoder_states must be a tuple (states [B, S, d], attention mask [B, S])")
+    states, mask = encoder_states
+    if states.dim() != 3 or tuple(mask.shape) != tuple(states.shape[:2]):
+        raise ValueError(
+            f"encoder_states: states [B, S, d] and mask [B, S] expected, got {tuple(states.shape)} and "
+            f"{tuple(mask.shape)}"
+        )
+    if sources is not None and len(sources) != states.shape[0]:
+        raise ValueError(f"encoder_states hold {states.shape[0]} sources, sources has {len(sources)}")
+    return int(states.shape[0])
+
+
 def _seq2seq_log_probs(
     model: Any,
-    sources: Sequence[Sequence[int]],
+    sources: Sequence[Sequence[int]] | None,
     targets: Sequence[Sequence[int]],
     owners: list[int],
     budget: int,
     pad: int,
     device: torch.device,
+    encoder_states: tuple[Tensor, Tensor] | None = None,
 ) -> tuple[list[Tensor], list[list[int]]]:
     from transformers.modeling_outputs import BaseModelOutput
 
-    used = sorted(set(owners))
-    where = {s: k for k, s in enumerate(used)}
-    src = _padded([sources[s] for s in used], pad, device)
-    mask = torch.zeros_like(src)
-    for k, s in enumerate(used):
-        mask[k, : len(sources[s])] = 1
-    states = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state  # [B, S, d]
+    if encoder_states is not None:
+        states, mask = encoder_states  # [B, S, d], [B, S]: owners index their rows
+        where = {s: s for s in set(owners)}
+    else:
+        assert sources is not None
+        used = sorted(set(owners))
+        where = {s: k for k, s in enumerate(used)}
+        src = _padded([sources[s] for s in used], pad, device)
+        mask = torch.zeros_like(src)
+        for k, s in enumerate(used):
+            mask[k, : len(sources[s])] = 1
+        states = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state  # [B, S, d]
     start = getattr(model.config, "decoder_start_token_id", None)
     start = pad if start is None else int(start)
     own = torch.tensor([where[o] for o in owners], device=device)

@@ -16,20 +16,30 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ._blocks import match_blocks
+from ._loading import packaged_model
+from ._packed import PackedEmbeddings
+from ._pipeline import PRF, Scores, ScoringPlan, encode, nan_table, reduce_references
 from .baseline import load_baseline, packaged_baseline
 from .cache import EmbeddingCache
 from .config import ScorerConfig
 from .encoder import FrozenEncoder
 from .idf import idf_table, token_weights
-from .loading import packaged_model
 from .matching import cosine_matrix, greedy_match
-from .packed import PackedEmbeddings
-from .pipeline import PRF, Scores, ScoringPlan, encode, nan_table, reduce_references
 from .registry import encoder_for, moved, normalize_device
 from .signature import Signature
 from .validation import check_lists, check_pairs, check_references, check_texts
 
-__all__ = ["PRF", "BERTScorer", "ScorerConfig", "Scores", "TokenSimilarity", "reduce_references", "scorer_from"]
+__all__ = [
+    "PRF",
+    "BERTScorer",
+    "ScorerConfig",
+    "Scores",
+    "TokenSimilarity",
+    "match_blocks",
+    "reduce_references",
+    "scorer_from",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +177,7 @@ class BERTScorer:
         return token_weights(ids, self.encoder.special_ids, self.idf).float()
 
     def _plan(self) -> ScoringPlan:
-        """A fresh :class:`~bertscore_loss.pipeline.ScoringPlan` of this scorer (encoder, IDF, baseline, budgets)."""
+        """A fresh :class:`~bertscore_loss._pipeline.ScoringPlan` of this scorer (encoder, IDF, baseline, budgets)."""
         return ScoringPlan(
             special_ids=self.encoder.special_ids,
             vocab_size=self.encoder.vocab_size,

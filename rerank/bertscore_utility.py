@@ -33,21 +33,11 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from bertscore_loss import (
-    MEASURES,
-    BERTScorer,
-    BERTScoreWarning,
-    Measure,
-    PackedEmbeddings,
-    check_measure,
-    cosine_matrix,
-    greedy_match,
-    match_blocks,
-    precision_recall_f,
-    rescale,
-    scorer_from,
-)
-from bertscore_loss.config import max_elements_for
+from bertscore_loss import BERTScorer, BERTScoreWarning
+from bertscore_loss.config import MEASURES, Measure, check_measure, max_elements_for
+from bertscore_loss.encoder import PackedEmbeddings
+from bertscore_loss.matching import cosine_matrix, greedy_match, precision_recall_f, rescale
+from bertscore_loss.scorer import match_blocks, scorer_from
 
 from .utility import Session, Utility
 

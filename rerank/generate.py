@@ -13,7 +13,8 @@ from torch import Tensor
 
 from .mbr import Method
 from .reranker import Expectation, Measure, NBestReranker, RerankResult
-from .sampling import SamplingConfig, sample_ids
+from .sampling import SamplingConfig, model_positions, sample_ids
+from .training_data import codec_from
 
 logger = logging.getLogger(__name__)
 
@@ -213,3 +214,38 @@ def generate_and_rerank(
         method=method,
     )
     return GenerateRerankOutput([r.best for r in results], candidates, model_scores, results)
+
+
+@torch.no_grad()
+def beam_translate(
+    model: Any, tokenizer: Any, sources: Sequence[str], num_beams: int = 5, batch_size: int = 32
+) -> list[str]:
+    """Beam-search translations of ``sources`` by an encoder-decoder ``model`` (eval mode, no gradients; its mode
+    restored after), ``batch_size`` sources a ``generate`` call, in input order.
+
+    ``tokenizer``: as :func:`rerank.training_data.codec_from` takes it (an HF tokenizer, a sentencepiece processor
+    or a codec): sources are encoded, and outputs decoded (special tokens dropped), by its codec. At most
+    ``2 × source tokens + 10`` new tokens per batch, within the model's positions.
+    """
+    if not getattr(model.config, "is_encoder_decoder", False):
+        raise ValueError("beam_translate needs an encoder-decoder model")
+    if num_beams < 1 or batch_size < 1:
+        raise ValueError(f"num_beams and batch_size must be >= 1, got {num_beams} and {batch_size}")
+    codec = codec_from(tokenizer, model)
+    pad, limit = int(model.config.pad_token_id), model_positions(model)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out: list[str] = []
+    try:
+        for start in range(0, len(sources), batch_size):
+            ids = [list(codec.encode(text)) for text in sources[start : start + batch_size]]
+            width = max(map(len, ids))
+            src = torch.tensor([row + [pad] * (width - len(row)) for row in ids], device=device)
+            mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in ids], device=device)
+            new = 2 * width + 10 if limit is None else min(2 * width + 10, limit - 1)
+            gen = model.generate(input_ids=src, attention_mask=mask, num_beams=num_beams, max_new_tokens=new)
+            out += [codec.decode(row[1:].tolist()) for row in gen]  # after the decoder start token
+    finally:
+        model.train(was_training)
+    return out

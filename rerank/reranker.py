@@ -16,17 +16,10 @@ from typing import Any, Literal
 import torch
 from torch import Tensor
 
-from bertscore_loss import (
-    MEASURES,
-    BERTScorer,
-    FrozenEncoder,
-    Measure,
-    ScorerConfig,
-    Signature,
-    check_measure,
-    reduce_references,
-    scorer_from,
-)
+from bertscore_loss import BERTScorer, ScorerConfig, Signature
+from bertscore_loss.config import MEASURES, Measure, check_measure
+from bertscore_loss.encoder import FrozenEncoder
+from bertscore_loss.scorer import reduce_references, scorer_from
 from bertscore_loss.validation import check_lists, check_references
 
 from .bertscore_utility import BERTScoreUtility

@@ -32,14 +32,15 @@ import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
+import yaml
 from torch import Tensor
 from torch.utils.data import Dataset
-from transformers import Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from bertscore_loss.preference import PREFERENCE_LOSS_TYPES, PreferenceConfig, PreferenceLoss
 from bertscore_loss.risk import MinimumRiskLoss, distinct_candidates, target_log_probs
@@ -52,8 +53,8 @@ from .preference_data import (
     fill_reference_log_probs,
     read_mbr_examples,
 )
-from .sampling import SamplingConfig, sample_ids
-from .training_data import codec_from
+from .sampling import SamplingConfig, model_positions, sample_ids
+from .training_data import _source_ids, _target_ids, codec_from
 
 __all__ = ["MBRDataset", "MBRTrainer", "MBRTrainingConfig"]
 
@@ -63,7 +64,7 @@ logger = logging.getLogger(__name__)
 @dataclass
 class MBRTrainingConfig(TrainingArguments):
     """``transformers.TrainingArguments`` plus the settings of :class:`MBRTrainer` (the loss, the pairs);
-    ``HfArgumentParser(MBRTrainingConfig).parse_yaml_file(path)`` reads one from YAML."""
+    :meth:`from_yaml` reads one from a YAML file."""
 
     beta: float = field(default=0.1, metadata={"help": "DPO's beta: strength of the anchor to the reference (> 0)."})
     loss_type: str = field(
@@ -152,6 +153,22 @@ class MBRTrainingConfig(TrainingArguments):
         if not self.mrt_epsilon < 1:
             raise ValueError(f"MBRTrainingConfig.mrt_epsilon must lie in [0, 1), got {self.mrt_epsilon!r}")
 
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> MBRTrainingConfig:
+        """The config of a YAML mapping of its fields (``HfArgumentParser``), ``overrides`` (e.g. a command
+        line's ``output_dir``) on top. ``ValueError`` naming the file when the YAML is not a mapping, or when it or
+        ``overrides`` name a field the class lacks."""
+        settings = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        settings = {} if settings is None else settings
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path}: expected a mapping of {cls.__name__} fields, got a {type(settings).__name__}")
+        names = {f.name for f in fields(cls) if f.init}
+        unknown = sorted({str(k) for k in [*settings, *overrides] if k not in names})
+        if unknown:
+            raise ValueError(f"{path}: unknown {cls.__name__} field(s): {', '.join(unknown)}")
+        (config,) = HfArgumentParser(cls).parse_dict({**settings, **overrides})  # type: ignore[arg-type]
+        return config
+
 
 class MBRDataset(Dataset):
     """The :class:`~rerank.preference_data.MBRExample` s a trainer reads, one per source (a batch is a list)."""
@@ -168,6 +185,27 @@ class MBRDataset(Dataset):
     @staticmethod
     def collate(examples: list[MBRExample]) -> dict[str, Any]:
         return {"examples": examples}
+
+    @classmethod
+    def from_references(
+        cls, sources: Sequence[str], references: Sequence[str], tokenizer: Any, model: Any = None
+    ) -> MBRDataset:
+        """Sources with their reference translations, no MBR data: each example's target and reference are the
+        reference, and it has no pairs. Enough for the trainer's minimum-risk and reference-NLL terms (its
+        distillation term then trains on the references), so these need no :func:`rerank.build_mbr_data` run.
+        Tokenised as :func:`rerank.read_mbr_examples` does (``tokenizer`` and ``model`` as there; sources over
+        the model's positions cut, EOS kept)."""
+        if len(sources) != len(references):
+            raise ValueError(f"got {len(sources)} sources but {len(references)} references: one reference a source")
+        codec = codec_from(tokenizer, model)
+        ids, _ = _source_ids(codec, sources, model_positions(model) if model is not None else None, "truncate", 0)
+        examples = []
+        for index, (source, reference) in enumerate(zip(sources, references)):
+            if not isinstance(reference, str):
+                raise TypeError(f"references[{index}] is a {type(reference).__name__}, not a str")
+            target = tuple(_target_ids(codec, reference))
+            examples.append(MBRExample(index, source, tuple(ids[index]), reference, target, (), reference, target))
+        return cls(examples)
 
 
 @contextlib.contextmanager

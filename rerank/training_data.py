@@ -59,6 +59,7 @@ __all__ = [
     "build_seconds",
     "check_builder",
     "codec_from",
+    "load_model_and_tokenizer",
     "pair_rows",
     "read_mbr_data",
     "sampling_precision",
@@ -135,6 +136,31 @@ def codec_from(tokenizer: Any, model: Any = None) -> Codec:
         f"cannot encode and decode with a {type(tokenizer).__name__}: give an HF tokenizer, a "
         "sentencepiece processor or an object with encode(text) and decode(ids)"
     )
+
+
+_TOKENIZER_FILES: tuple[str, ...] = ("tokenizer_config.json", "tokenizer.json")
+
+
+def load_model_and_tokenizer(folder: str | Path, **model_kwargs: Any) -> tuple[Any, Any]:
+    """The generator of a Hugging Face model folder and its tokenizer, as :func:`codec_from` takes it.
+
+    The model: ``AutoModelForSeq2SeqLM`` when its config is an encoder-decoder, else ``AutoModelForCausalLM``
+    (``model_kwargs`` passed on). The tokenizer: ``AutoTokenizer`` when the folder has tokenizer files
+    (``tokenizer_config.json`` or ``tokenizer.json``), else the folder's ``spm.model`` as a
+    ``sentencepiece.SentencePieceProcessor`` (models trained with a bare sentencepiece model).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForSeq2SeqLM, AutoTokenizer
+
+    path = Path(folder)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{path} holds no config.json: not a Hugging Face model folder")
+    seq2seq = bool(getattr(AutoConfig.from_pretrained(path), "is_encoder_decoder", False))
+    model = (AutoModelForSeq2SeqLM if seq2seq else AutoModelForCausalLM).from_pretrained(path, **model_kwargs)
+    if not any((path / name).is_file() for name in _TOKENIZER_FILES) and (path / "spm.model").is_file():
+        import sentencepiece as spm
+
+        return model, spm.SentencePieceProcessor(model_file=str(path / "spm.model"))
+    return model, AutoTokenizer.from_pretrained(path)
 
 
 @dataclass(frozen=True)

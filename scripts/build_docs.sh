@@ -5,6 +5,7 @@
 # the built HTML checked (scripts/check_links.py). Needs mkdocs and pdoc (the `test` extra). Usage:
 #   scripts/build_docs.sh [OUT_DIR]        # default build/site; open OUT_DIR/index.html
 # pdoc lists each module explicitly because it follows a package's __all__, which names no submodules.
+# Private modules (a name part starting with _) and the deprecated shims of their old paths are left out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-build/site}"
@@ -23,7 +24,8 @@ import rerank
 names = ["bertscore_loss", "rerank"]
 for pkg in (bertscore_loss, rerank):
     names += [m.name for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + ".")]
-print(" ".join(n for n in names if not any(part.startswith("_") for part in n.split("."))))
+shims = {f"bertscore_loss.{m}" for m in bertscore_loss._SHIMS}  # deprecated old paths of private modules
+print(" ".join(n for n in names if n not in shims and not any(part.startswith("_") for part in n.split("."))))
 PY
 )
 # shellcheck disable=SC2086

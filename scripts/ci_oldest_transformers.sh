@@ -3,12 +3,14 @@
 # on X.Y.0), in a second virtual environment beside .venv: torch first, then the project with transformers
 # pinned. The newest transformers is covered by .ci/run's own environment.
 #
-#   scripts/ci_oldest_transformers.sh                      # makes .venv-oldest (once), then runs the quick loop
-#   TRANSFORMERS="transformers==4.46.0" VENV=.venv-446 scripts/ci_oldest_transformers.sh   # another pin
+#   scripts/ci_oldest_transformers.sh                      # makes .venv-oldest (anew if it holds another pin)
+#   TRANSFORMERS="transformers==5.3.0" VENV=.venv-530 scripts/ci_oldest_transformers.sh   # another pin
 #   scripts/ci_oldest_transformers.sh tests/test_compat.py # arguments go to pytest
 #
-# TRL (in the test extra) needs transformers >= 4.46: beside an older pin it is left out and the quick loop
-# deselects the tests named for it (`-k "not trl"`). Everything else runs with CI=true: a skip is a failure.
+# .ci/run calls it after the main test command. Where TRL does not install beside the pin it is left out and
+# the quick loop deselects the tests named for it (`-k "not trl"`). Everything else runs with CI=true: a skip
+# is a failure. Name no environment with "t5" in its path: bert-score loads any model path containing "t5"
+# as a T5 encoder, so its scores (the parity oracle) would be wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PIP_DISABLE_PIP_VERSION_CHECK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -17,6 +19,11 @@ VENV=${VENV:-.venv-oldest}
 floor=$(python3 -c 'import re; print(re.search(r"\"transformers>=([0-9.]+)\"", open("pyproject.toml").read()).group(1))')
 [[ $floor =~ ^[0-9]+\.[0-9]+$ ]] && floor="$floor.0"
 TRANSFORMERS=${TRANSFORMERS:-transformers==$floor}
+pinned=${TRANSFORMERS#*==}
+if [ -x "$VENV/bin/python" ] && [ "$("$VENV/bin/python" -c 'import transformers; print(transformers.__version__)' 2>/dev/null)" != "$pinned" ]; then
+    echo "$VENV holds another transformers than $pinned: made anew" >&2
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install -q torch==2.13.0

@@ -195,7 +195,7 @@ def tiny_scorer(tiny_bert_dir):
 @pytest.fixture(scope="session")
 def minilm_encoders():
     """The real bundled MiniLM truncated at each layer 0..6 (loaded lazily, once per session)."""
-    from bertscore_loss import FrozenEncoder
+    from bertscore_loss.encoder import FrozenEncoder
 
     cache: dict[int, FrozenEncoder] = {}
 

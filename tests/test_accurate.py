@@ -20,9 +20,9 @@ import pytest
 import torch
 
 from bertscore_loss import BERTScorer, accurate
+from bertscore_loss._loading import ModelNotFoundError, load_pretrained, resolve_model_path
 from bertscore_loss.accurate import CorruptPartError, Part, PartsMissingError
 from bertscore_loss.baseline import packaged_baseline, read_baseline
-from bertscore_loss.loading import ModelNotFoundError, load_pretrained, resolve_model_path
 from bertscore_loss.presets import ACCURATE_LAYER, ACCURATE_NAME, canonical_name, default_layer
 
 from .conftest import real_pairs

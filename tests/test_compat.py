@@ -146,6 +146,19 @@ def test_packaged_name_lang_default_and_offline_errors(pairs, tiny_bert_dir):
         scorer.score(cands, refs)
 
 
+def test_the_model_class_comes_from_the_folder_not_its_path(pairs, tiny_bert_dir, tmp_path):
+    """``bert-score`` loads any ``model_type`` containing "t5" as ``T5EncoderModel``; ours reads the folder's
+    config, so the same BERT folder under such a path scores alike (and like the oracle at its plain path)."""
+    import shutil
+
+    cands, refs = pairs
+    moved = shutil.copytree(tiny_bert_dir, tmp_path / "t5-named-env" / "model")
+    here = compat.score(cands, refs, model_type=tiny_bert_dir, num_layers=2)
+    there = compat.score(cands, refs, model_type=str(moved), num_layers=2)
+    assert_equal(there, here)
+    assert_equal(here, oracle(cands, refs, model_type=tiny_bert_dir, num_layers=2))
+
+
 def test_plot_example_saves_the_heatmap(tiny_bert_dir, tmp_path):
     path = tmp_path / "pair.png"
     fig = compat.BERTScorer(tiny_bert_dir, num_layers=2).plot_example("a cat sat", "the cat sat", fname=str(path))

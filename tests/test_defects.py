@@ -252,6 +252,8 @@ def _config_classes():
     import bertscore_loss
     import rerank
     from bertscore_loss.search import LogitConfig, SearchConfig
+    from rerank.mbr import Aggregate, AggregateExact, Exact, Prune
+    from rerank.ngram_utility import BLEUConfig, ChrFConfig
     from rerank.training_data import MBRDataConfig
 
     return [
@@ -262,12 +264,12 @@ def _config_classes():
         LogitConfig,
         rerank.SamplingConfig,
         MBRDataConfig,
-        rerank.ChrFConfig,
-        rerank.BLEUConfig,
-        rerank.Exact,
-        rerank.Aggregate,
-        rerank.AggregateExact,
-        rerank.Prune,
+        ChrFConfig,
+        BLEUConfig,
+        Exact,
+        Aggregate,
+        AggregateExact,
+        Prune,
     ]
 
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 from transformers import AutoModel
 
-from bertscore_loss import BERTScoreWarning, FrozenEncoder, ModelNotFoundError
+from bertscore_loss import BERTScoreWarning, ModelNotFoundError
+from bertscore_loss.encoder import FrozenEncoder
 from bertscore_loss.presets import BUNDLED_LAYER, default_layer
 
 from .conftest import LANG_PAIRS, bundled_path, needs_data, real_pairs, stsb, wmt16

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from bertscore_loss import idf_table, token_weights
+from bertscore_loss.idf import idf_table, token_weights
 
 
 def test_idf_hand_calculation():
@@ -35,7 +35,7 @@ def test_token_weights_special_zero():
 def test_idf_equals_bert_score(tiny_bert_dir):
     from bert_score.utils import get_idf_dict, get_tokenizer
 
-    from bertscore_loss import FrozenEncoder
+    from bertscore_loss.encoder import FrozenEncoder
 
     corpus = ["the cat sat on the mat", "the dog", "a cat and a dog", "the cat sat on the mat"]
     enc = FrozenEncoder(tiny_bert_dir, layer=1, device="cpu")

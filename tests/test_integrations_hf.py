@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertscore_loss import BERTScoreLoss, BERTScorer, FrozenEncoder
+from bertscore_loss import BERTScoreLoss, BERTScorer
+from bertscore_loss.encoder import FrozenEncoder
 from bertscore_loss.integrations import (
     BERTScoreMetrics,
     MBRConsensusReward,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, FrozenEncoder
+from bertscore_loss import BERTScorer
+from bertscore_loss.encoder import FrozenEncoder
 from bertscore_loss.integrations import BERTScoreReward, MBRConsensusReward, completion_text
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,7 +13,8 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
-from bertscore_loss import BERTScorer, write_baseline
+from bertscore_loss import BERTScorer
+from bertscore_loss.baseline import write_baseline
 from bertscore_loss.cache import EmbeddingCache
 from bertscore_loss.config import batch_tokens_for
 from bertscore_loss.lightning import BERTScoreMetric

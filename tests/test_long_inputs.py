@@ -7,7 +7,8 @@ import warnings
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, BERTScoreWarning, FrozenEncoder
+from bertscore_loss import BERTScorer, BERTScoreWarning
+from bertscore_loss.encoder import FrozenEncoder
 
 from .conftest import bundled_path, wmt16
 

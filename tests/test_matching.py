@@ -7,8 +7,16 @@ import math
 import pytest
 import torch
 
-from bertscore_loss import cosine_matrix, f_score, greedy_match, precision_recall_f, reduce_references, rescale
-from bertscore_loss.matching import bertscore, normalize_weights
+from bertscore_loss.matching import (
+    bertscore,
+    cosine_matrix,
+    f_score,
+    greedy_match,
+    normalize_weights,
+    precision_recall_f,
+    rescale,
+)
+from bertscore_loss.scorer import reduce_references
 
 
 def test_cosine_matrix_hand_values_and_padding_is_minus_inf():

@@ -12,24 +12,12 @@ import torch
 
 from bertscore_loss import BERTScorer
 from bertscore_loss.cli import build_parser
-from rerank import (
-    BLEU,
-    UTILITIES,
-    Aggregate,
-    AggregateExact,
-    BERTScoreUtility,
-    CallableUtility,
-    ChrF,
-    Exact,
-    NBestReranker,
-    Prune,
-    agreement,
-    gain_share,
-    get_method,
-    get_utility,
-    mbr,
-    register_utility,
-)
+from rerank import NBestReranker, get_utility, mbr, register_utility
+from rerank.bertscore_utility import BERTScoreUtility
+from rerank.mbr import Aggregate, AggregateExact, Exact, Prune, agreement, gain_share, get_method
+from rerank.ngram_utility import BLEU, ChrF
+from rerank.registry import UTILITIES
+from rerank.utility import CallableUtility
 
 TOL = 1e-5
 WORDS = "a man in a red shirt is riding a bike down the street . two dogs play in the snow ( ) , The Man".split()
@@ -174,7 +162,7 @@ def test_callable_utility_and_registry():
 @pytest.mark.filterwarnings("ignore::bertscore_loss.BERTScoreWarning")  # the empty texts are on purpose
 @pytest.mark.parametrize("options", [{}, {"idf": True}, {"rescale": True}, {"max_elements": 300}])
 def test_bertscore_blocks_equal_the_engine(tiny_scorer, tmp_path, options):
-    from bertscore_loss import write_baseline
+    from bertscore_loss.baseline import write_baseline
 
     if options.get("rescale"):
         path = tmp_path / "base.tsv"

@@ -247,7 +247,7 @@ def test_family_scores_equal_bert_score(family, folders, pairs, tmp_path):
 @pytest.mark.parametrize("family", ["roberta", "deberta-v3"])
 def test_the_baseline_tool_makes_a_rescale_file_offline(family, folders, pairs, tmp_path):
     """`bertscore-loss baseline` writes a LAYER,P,R,F file for any family; compat.score rescales with it."""
-    from bertscore_loss import read_baseline
+    from bertscore_loss.baseline import read_baseline
     from bertscore_loss.quality import compute_baseline_file
 
     folder = folders(family)

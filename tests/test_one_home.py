@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-import rerank
 from bertscore_loss import machine
 from bertscore_loss.machine import (
     budget_groups,
@@ -24,6 +23,7 @@ from bertscore_loss.machine import (
     cpu_model,
     native_bf16,
 )
+from rerank.sampling import native_bf16 as rerank_native_bf16
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = ("bertscore_loss", "rerank", "benchmarks", "studies", "examples", "scripts")
@@ -121,7 +121,7 @@ def test_rerank_native_bf16_answers_what_the_home_answers(monkeypatch):
     answer = object()
     seen = []
     monkeypatch.setattr(machine, "native_bf16", lambda device="cpu": seen.append(device) or answer)
-    assert rerank.native_bf16("cuda:1") is answer
+    assert rerank_native_bf16("cuda:1") is answer
     assert seen == ["cuda:1"]
 
 
@@ -159,7 +159,7 @@ def test_flags_native_bf16_and_label_from_cpuinfo(cpuinfo, monkeypatch, text, fl
     assert "fpu" in cpu_flags() and "vnmi" not in cpu_flags()  # the flags lines only, not "vmx flags"
     assert cpu_bf16_flags() == flags
     assert cpu_has_native_bf16() is bool(flags)
-    assert native_bf16("cpu") is bool(flags) and rerank.native_bf16("cpu") is bool(flags)
+    assert native_bf16("cpu") is bool(flags) and rerank_native_bf16("cpu") is bool(flags)
     assert native_bf16("meta") is False
     assert cpu_label() == label
     assert _load_benchmark("eval_speed", monkeypatch).cpu_bf16_label() == tag  # the file-name tag, from the flags
@@ -171,7 +171,7 @@ def test_an_unreadable_cpuinfo_never_assumes_native_bf16(cpuinfo, monkeypatch):
     monkeypatch.setattr(machine.platform, "machine", lambda: "")
     assert cpu_flags() is None and cpu_bf16_flags() == []
     assert cpu_has_native_bf16() is False  # emulated bf16 is slow and rounds differently
-    assert native_bf16("cpu") is False and rerank.native_bf16("cpu") is False
+    assert native_bf16("cpu") is False and rerank_native_bf16("cpu") is False
     assert cpu_model() == "unknown CPU"
     assert cpu_label() == "unknown CPU (no native bf16)"
     assert _load_benchmark("eval_speed", monkeypatch).cpu_bf16_label() == "unknown"

@@ -21,10 +21,10 @@ from bertscore_loss import (
     ModelNotFoundError,
     ScorerConfig,
     Signature,
-    check_measure,
     sequence_log_probs,
 )
 from bertscore_loss.cli import main
+from bertscore_loss.config import check_measure
 from bertscore_loss.lightning import BERTScoreMetric
 from rerank import NBestReranker
 

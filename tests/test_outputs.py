@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bertscore_loss import outputs, read_baseline
+from bertscore_loss import outputs
+from bertscore_loss.baseline import read_baseline
 from bertscore_loss.cli import main
 from bertscore_loss.outputs import (
     OutputRefusedError,

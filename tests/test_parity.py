@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, cosine_matrix, greedy_match
+from bertscore_loss import BERTScorer
+from bertscore_loss.matching import cosine_matrix, greedy_match
 
 from .conftest import bundled_path, real_pairs
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bertscore_loss import PreferenceConfig, PreferenceLoss, dpo_loss, sequence_log_probs
+from bertscore_loss import PreferenceConfig, PreferenceLoss, sequence_log_probs
+from bertscore_loss.preference import dpo_loss
 
 # Four pairs: policy and reference sequence log-probabilities (chosen, rejected).
 PC = [-4.0, -10.0, -7.5, -3.0]

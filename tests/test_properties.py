@@ -42,8 +42,9 @@ import torch
 from hypothesis import HealthCheck, Phase, example, given, settings
 from hypothesis import strategies as st
 
-from bertscore_loss import BERTScorer, BERTScoreWarning, reduce_references
+from bertscore_loss import BERTScorer, BERTScoreWarning
 from bertscore_loss.loss import BERTScoreLoss
+from bertscore_loss.scorer import reduce_references
 
 TOL = 1e-5
 MAX_POS = 40  # positions of this module's tiny BERT: a text of 40+ words is "long"

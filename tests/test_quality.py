@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, BERTScoreWarning, load_baseline, read_baseline, write_baseline
-from bertscore_loss.baseline import packaged_baseline
+from bertscore_loss import BERTScorer, BERTScoreWarning
+from bertscore_loss.baseline import load_baseline, packaged_baseline, read_baseline, write_baseline
 from bertscore_loss.cli import build_parser
 from bertscore_loss.cli.baseline import register as add_baseline_parser
 from bertscore_loss.cli.plot import register as add_plot_parser

@@ -8,10 +8,13 @@ import warnings
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, BERTScoreWarning, write_baseline
+from bertscore_loss import BERTScorer, BERTScoreWarning
+from bertscore_loss.baseline import write_baseline
 from bertscore_loss.cli import build_parser
 from bertscore_loss.cli.rerank import read_tsv
-from rerank import NBestReranker, expected_utility, generate_and_rerank, sequence_scores
+from rerank import NBestReranker, generate_and_rerank
+from rerank.generate import sequence_scores
+from rerank.reranker import expected_utility
 
 from .conftest import DATA, bundled_path, needs_data
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rerank import NBestReranker, SamplingConfig, filter_logits, generate_and_rerank, sample_ids, sequence_scores
-from rerank.sampling import _draw, _epsilon_probs
+from rerank import NBestReranker, SamplingConfig, generate_and_rerank, sample_ids
+from rerank.generate import sequence_scores
+from rerank.sampling import _draw, _epsilon_probs, filter_logits
 
 from .conftest import bundled_path
 

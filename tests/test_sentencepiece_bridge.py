@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertscore_loss import BERTScoreLoss, BERTScorer, SentencePieceVocab, VocabBridge
+from bertscore_loss import BERTScoreLoss, BERTScorer, VocabBridge
+from bertscore_loss.bridge import SentencePieceVocab
 
 TEXTS = ["A man in a red shirt is riding a bike.", "Two dogs play in the snow, jumping!"]
 REFS = ["A man in a red shirt rides a bicycle.", "Two dogs are playing in snow."]

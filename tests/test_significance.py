@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rerank import paired_bootstrap, paired_bootstrap_scores
-from rerank.significance import sentence_scores
+from rerank import paired_bootstrap
+from rerank.significance import paired_bootstrap_scores, sentence_scores
 
 
 def test_scores_by_hand():

@@ -17,7 +17,8 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from bertscore_loss import BERTScorer, FrozenEncoder
+from bertscore_loss import BERTScorer
+from bertscore_loss.encoder import FrozenEncoder
 from bertscore_loss.loss import BERTScoreLoss
 from rerank import NBestReranker
 
@@ -147,6 +148,7 @@ def run_round(
                 worst.append((diff, rnd, t, k))
 
 
+@pytest.mark.slow  # ~30 s: many rounds of four racing threads
 def test_four_threads_equal_serial_with_the_tokenizer_left_in_truncation_mode(shared):
     scorer, loss, reranker = shared
     work = [jobs(scorer, loss, reranker, t) for t in range(THREADS)]

@@ -13,8 +13,9 @@ import torch
 
 from bertscore_loss import MinimumRiskLoss, PreferenceLoss, sequence_log_probs
 from bertscore_loss.risk import target_log_probs
-from rerank import MBRDataset, MBRTrainer, MBRTrainingConfig, read_mbr_examples, select_pairs
+from rerank import MBRTrainer, MBRTrainingConfig, read_mbr_examples, select_pairs
 from rerank.preference_data import MBRExample, PreferencePair, check_reference_model, fill_reference_log_probs
+from rerank.trainer import MBRDataset
 from rerank.training_data import MBRDataConfig, build_mbr_data, pair_rows, read_mbr_data
 
 from .conftest import tiny_bart, tiny_causal_lm
@@ -175,6 +176,50 @@ def test_target_log_probs_bad_input_is_a_clear_error():
         target_log_probs(model, SRC, [[3, 99]], [0])
     with pytest.raises(ValueError, match="token_budget"):
         target_log_probs(model, SRC, TGT, OWN, token_budget=0)
+
+
+@pytest.mark.parametrize("make", [marian, t5], ids=["marian-lean", "t5-logits"])
+def test_target_log_probs_from_encoder_states_made_already(make):
+    """``encoder_states``: the same values from the states of an encoder pass made elsewhere (padded sources, in
+    another order), and the gradient of the log-probabilities reaches those states: it equals the gradient
+    through the encoder's own pass."""
+    model = make()
+    order = [1, 0]  # the states' rows: source 1 first
+    src = torch.zeros(2, 4, dtype=torch.long)
+    for k, s in enumerate(order):
+        src[k, : len(SRC[s])] = torch.tensor(SRC[s])
+    mask = (torch.arange(4) < torch.tensor([[len(SRC[s])] for s in order])).long()
+    states = model.get_encoder()(input_ids=src, attention_mask=mask).last_hidden_state.detach().requires_grad_()
+    owners = [order.index(o) for o in OWN]
+    got = target_log_probs(model, None, TGT, owners, token_budget=8, encoder_states=(states, mask))
+    torch.testing.assert_close(got, one_by_one(model, SRC, TGT, OWN), atol=2e-5, rtol=0)
+    weights = torch.tensor([0.3, -1.0, 0.7, 0.5])
+    (grad,) = torch.autograd.grad((got * weights).sum(), states)
+    assert float(grad.abs().sum()) > 0 and float(grad[mask == 0].abs().sum()) == 0  # padding gets none
+
+    def direct(s: torch.Tensor) -> torch.Tensor:  # the same, states perturbed along a direction
+        return (target_log_probs(model, None, TGT, owners, encoder_states=(s, mask)) * weights).sum()
+
+    d = torch.randn(states.shape, generator=torch.Generator().manual_seed(2))
+    h = 1e-2
+    with torch.no_grad():
+        numeric = (float(direct(states + h * d)) - float(direct(states - h * d))) / (2 * h)
+    assert numeric == pytest.approx(float((grad * d).sum()), rel=2e-2, abs=1e-3)
+
+
+def test_target_log_probs_encoder_states_bad_input_is_a_clear_error():
+    model = marian()
+    states, mask = torch.zeros(2, 4, 16), torch.ones(2, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="sources are needed unless encoder_states"):
+        target_log_probs(model, None, TGT, OWN)
+    with pytest.raises(ValueError, match=r"states \[B, S, d\] and mask \[B, S\]"):
+        target_log_probs(model, None, TGT, OWN, encoder_states=(states, mask[:, :3]))
+    with pytest.raises(ValueError, match="hold 2 sources, sources has 1"):
+        target_log_probs(model, SRC[:1], TGT, [0] * 4, encoder_states=(states, mask))
+    with pytest.raises(ValueError, match=r"owners must lie in \[0, 2\)"):
+        target_log_probs(model, None, TGT, [0, 1, 2, 0], encoder_states=(states, mask))
+    with pytest.raises(ValueError, match="encoder-decoder"):
+        target_log_probs(gpt2(), None, TGT, OWN, encoder_states=(states, mask))
 
 
 def test_stored_log_probs_are_the_routines(folder):

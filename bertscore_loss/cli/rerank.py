@@ -7,7 +7,7 @@ import argparse
 import math
 import sys
 
-from .. import MEASURES
+from ..config import MEASURES
 from ..textio import iter_lines
 from .common import UsageError, add_scorer_args, check_stdin_once, read_input_lines, scorer_from_args
 
@@ -66,8 +66,8 @@ UTILITY_CHOICES = ["bertscore", "chrf", "chrf++", "bleu"]
 METHOD_CHOICES = ["exact", "aggregate", "aggregate-exact", "prune"]
 
 
-def method_from_args(args: argparse.Namespace):  # -> rerank.Method
-    from rerank import get_method
+def method_from_args(args: argparse.Namespace):  # -> rerank.mbr.Method
+    from rerank.mbr import get_method
 
     if args.top_k is not None and args.method != "aggregate-exact":
         raise UsageError("--top-k applies to --method aggregate-exact only")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from bertscore_loss import BERTScorer, scorer_from
+from bertscore_loss import BERTScorer
+from bertscore_loss.scorer import scorer_from
 
 
 def resident_scorer(

@@ -18,7 +18,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from bertscore_loss import BERTScorer, check_measure
+from bertscore_loss import BERTScorer
+from bertscore_loss.config import check_measure
 
 from ._dist import all_gather_objects, world
 from ._scorer import resident_scorer

@@ -23,10 +23,9 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Sampler
 
-from .. import PRF
 from ..config import ScorerConfig
 from ..registry import encoder_on
-from ..scorer import BERTScorer
+from ..scorer import PRF, BERTScorer
 from ..validation import check_pairs
 from .metric import idf_sentences
 

@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import metrics  # noqa: E402
 import nmt  # noqa: E402
 
-from rerank import NBestReranker, expected_utility  # noqa: E402
+from rerank import NBestReranker  # noqa: E402
+from rerank.reranker import expected_utility  # noqa: E402
 
 
 def choose(nbest: list[list[str]], samples: list[list[str]], reranker: NBestReranker) -> dict[str, list[str]]:

@@ -48,17 +48,9 @@ from bertscore_loss.outputs import (  # noqa: E402
     write_bytes,
     write_text,
 )
-from rerank import (  # noqa: E402
-    AggregateExact,
-    Method,
-    Prune,
-    agreement,
-    gain_share,
-    get_method,
-    get_utility,
-    mbr,
-    native_bf16,
-)
+from rerank import get_utility, mbr  # noqa: E402
+from rerank.mbr import AggregateExact, Method, Prune, agreement, gain_share, get_method  # noqa: E402
+from rerank.sampling import native_bf16  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("mbr_sweep")

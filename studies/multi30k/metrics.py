@@ -13,7 +13,7 @@ import sacrebleu
 from sacrebleu.significance import PairedTest
 
 from bertscore_loss import BERTScorer
-from rerank import paired_bootstrap_scores
+from rerank.significance import paired_bootstrap_scores
 
 BOOTSTRAP_SAMPLES = 1000
 SEED = 12345  # sacrebleu's default seed: BERTScore uses the same resampling

@@ -8,6 +8,7 @@ token-budget batches, inverse-square-root learning rate).
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -28,7 +29,7 @@ from torch.utils.data import DataLoader, Sampler
 from bertscore_loss.machine import cpu_label  # the label of every recorded figure
 from bertscore_loss.outputs import atomic_path, write_text
 from bertscore_loss.textio import read_lines  # lines end at \n or \r\n only, never at U+2028
-from rerank import native_bf16
+from rerank.sampling import native_bf16
 
 logger = logging.getLogger("translation")
 
@@ -555,6 +556,9 @@ def sample_sequences(
     done = torch.zeros(n, dtype=torch.bool, device=states.device)
     cache = EncoderDecoderCache(DynamicCache(config=model.config), DynamicCache(config=model.config))
     decoder, head = model.get_decoder(), model.get_output_embeddings()
+    # the cache argument's name: `cache` in newer transformers, `past_key_values` before (an unknown keyword is
+    # swallowed by **kwargs there: every step would decode its last token alone)
+    cache_arg = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
     bias = getattr(model, "final_logits_bias", None)
     bias = bias if bias is not None and bool(bias.any()) else None  # Marian's stays 0: one [N, V] pass less
     tokens, steps = out[:, :1], 0
@@ -563,8 +567,8 @@ def sample_sequences(
             input_ids=tokens,
             encoder_hidden_states=states,
             encoder_attention_mask=attention_mask,
-            cache=cache,
             use_cache=True,
+            **{cache_arg: cache},
         ).last_hidden_state[:, -1]
         logits = head(hidden)  # [N, V], bf16 under autocast: draw_tokens' softmax reads it as float32
         nxt = draw_tokens(logits.float() + bias if bias is not None else logits)
@@ -702,49 +706,21 @@ def ce_pass(model, batch: dict, smoothing: float) -> tuple[Tensor, Tensor, objec
 def candidate_log_probs(
     model, states: Tensor, attention_mask: Tensor, sources: Tensor, labels: Tensor, *, budget: int = 8192
 ) -> Tensor:
-    """Log-probability ``[N]`` of each candidate ``labels`` ``[N, T]`` (-100 = padding) given the encoder states
-    ``states[sources]`` (``states`` ``[B, S, d]``, ``attention_mask`` ``[B, S]``, ``sources`` ``[N]``).
-
-    The decoder alone, on the candidates sorted by length in groups of at most ``budget`` padded tokens
-    (each group cut to its longest candidate), then the output layer and log-softmax at real positions only
-    (``bertscore_loss.risk.label_log_probs``). Equals ``sequence_log_probs(model(input_ids=src[sources],
-    ..., labels=labels).logits, labels)`` without dropout, and the gradient reaches ``states`` (so the
-    encoder that made them) through ``sources`` (studies/multi30k/tests/test_fast_paths.py).
-
-    :func:`bertscore_loss.risk.target_log_probs` gives the same values from the sources (it runs the encoder
-    itself); this form takes encoder states already made, so the ``mrt`` arm scores its samples from the CE
-    pass's encoder output (one encoder pass per update, its dropout draw shared with the CE term).
+    """Log-probability ``[N]`` of each candidate ``labels`` ``[N, T]`` (-100 = padding at the end) given the
+    encoder states ``states[sources]`` (``states`` ``[B, S, d]``, ``attention_mask`` ``[B, S]``, ``sources``
+    ``[N]``): :func:`bertscore_loss.risk.target_log_probs` on states already made, so the ``mrt`` arm scores
+    its samples from the CE pass's encoder output (one encoder pass per update, its dropout draw shared with
+    the CE term). Equals ``sequence_log_probs(model(input_ids=src[sources], ..., labels=labels).logits,
+    labels)`` without dropout, and the gradient reaches ``states`` (studies/multi30k/tests/test_fast_paths.py).
     """
-    from bertscore_loss.risk import label_log_probs
+    from bertscore_loss.risk import target_log_probs
 
     if labels.shape[0] == 0:
         return torch.zeros(0, device=labels.device)
-    keep = labels != -100
-    position = torch.arange(labels.shape[1], device=labels.device)
-    lengths = torch.where(keep, position + 1, 0).amax(dim=1) if labels.shape[1] else keep.sum(dim=1)
-    order = torch.argsort(lengths, stable=True)
-    hidden, targets, owners = [], [], []
-    start = 0
-    while start < len(order):
-        stop = start + 1
-        while stop < len(order) and int(lengths[order[stop]]) * (stop + 1 - start) <= budget:
-            stop += 1
-        rows = order[start:stop]
-        width = max(int(lengths[rows].max()), 1)
-        part = labels[rows, :width]
-        real = part != -100
-        out = model.base_model(
-            attention_mask=attention_mask[sources[rows]],
-            encoder_outputs=(states[sources[rows]],),
-            decoder_input_ids=shift_right(part),
-        ).last_hidden_state  # [rows, width, d]
-        hidden.append(out[real])
-        targets.append(part[real])
-        owners.append(rows.repeat_interleave(real.sum(dim=1)))
-        start = stop
-    bias = getattr(model, "final_logits_bias", None)
-    token = label_log_probs(torch.cat(hidden), model.get_output_embeddings().weight, torch.cat(targets), bias)
-    return token.new_zeros(labels.shape[0]).index_add(0, torch.cat(owners), token)
+    targets = [row[row != -100].tolist() for row in labels]
+    return target_log_probs(
+        model, None, targets, sources.tolist(), token_budget=budget, encoder_states=(states, attention_mask)
+    )
 
 
 def sample_log_probs(model, states: Tensor, attention_mask: Tensor, labels: Tensor, texts, k: int) -> Tensor:

@@ -37,7 +37,7 @@ import nmt  # noqa: E402
 
 from bertscore_loss.outputs import OutputRefusedError, check_output, write_bytes, write_text  # noqa: E402
 from bertscore_loss.preference import PREFERENCE_LOSS_TYPES  # noqa: E402
-from rerank import native_bf16  # noqa: E402
+from rerank.sampling import native_bf16  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 logger = logging.getLogger("translation")
@@ -1039,7 +1039,8 @@ STAGE3_PRECISIONS = ("auto", "32-true", "bf16-mixed")
 def check_stage3(cfg: Stage3Config, data: bool = True) -> None:
     """Every stage-3 setting and (``data``) the data folder it reads, before any decoding: one line naming the
     first bad one."""
-    from rerank import UTILITIES, get_method
+    from rerank.mbr import get_method
+    from rerank.registry import UTILITIES
 
     try:
         get_method(cfg.method)
@@ -1083,7 +1084,7 @@ def check_stage3(cfg: Stage3Config, data: bool = True) -> None:
 
 def stage3_keys(cfg: Stage3Config) -> tuple[list[str], list[str]]:
     """The candidate lists stage 3 makes (``beam<k>-nbest``, ``eps<n>``) and every decoder's row name."""
-    from rerank import get_method
+    from rerank.mbr import get_method
 
     method = get_method(cfg.method)
     suffix = "" if method.name == "exact" else f"-{method.name}"
@@ -1108,7 +1109,8 @@ def stage3(cfg: Stage3Config, overwrite: bool = False) -> dict:
 
     The settings and data are checked first (``check_stage3``) and every file it will write
     (``stage3_files``) before any decoding (``overwrite``: replace files git tracks)."""
-    from rerank import get_method, mbr
+    from rerank import mbr
+    from rerank.mbr import get_method
 
     check_stage3(cfg)
     writable(stage3_files(cfg), overwrite)

@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     import sentencepiece as spm
     from transformers import MarianMTModel
 
-    from rerank import SamplingConfig, native_bf16, sample_ids
+    from rerank import SamplingConfig, sample_ids
+    from rerank.sampling import native_bf16
 
     model = MarianMTModel.from_pretrained(args.model).eval()
     sp = spm.SentencePieceProcessor(model_file=str(args.model / "spm.model"))

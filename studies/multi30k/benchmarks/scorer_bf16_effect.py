@@ -30,7 +30,7 @@ import nmt  # noqa: E402
 import recipe  # noqa: E402
 
 from bertscore_loss.outputs import add_overwrite_argument, check_outputs_or_exit, write_text  # noqa: E402
-from rerank import native_bf16  # noqa: E402
+from rerank.sampling import native_bf16  # noqa: E402
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -107,9 +107,9 @@ CE_PASS = "generator forward (CE pass, with the CE loss)"
 
 def instrument() -> None:
     """Wrap the functions an update goes through (library and generator), once per process."""
+    import bertscore_loss._pipeline as pipeline_mod
     import bertscore_loss.bridge as bridge_mod
     import bertscore_loss.loss as loss_mod
-    import bertscore_loss.pipeline as pipeline_mod
     import bertscore_loss.risk as risk_mod
     import bertscore_loss.token_distributions as td_mod
     from bertscore_loss.encoder import FrozenEncoder

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from rerank import PairedBootstrapResult, paired_bootstrap
-from rerank.significance import BOOTSTRAP_SEED
+from rerank import paired_bootstrap
+from rerank.significance import BOOTSTRAP_SEED, PairedBootstrapResult
 
 RECIPE = Path(__file__).resolve().parents[1]
 

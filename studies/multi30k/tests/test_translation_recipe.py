@@ -782,7 +782,8 @@ def test_stage2_and_stage3_commands(stage1_run, tmp_path):
 
 
 def test_stage3_mbr_chrf_is_the_registry_utility(recipe):
-    from rerank import ChrF, mbr
+    from rerank import mbr
+    from rerank.ngram_utility import ChrF
 
     cands = ["a dog runs on the grass", "a dog runs on grass", "a cat sleeps", "a dog is running on the grass"]
     utility = recipe.mbr_utility("chrf")
@@ -1081,6 +1082,7 @@ def test_dpo_refuses_reference_log_probs_of_another_model(recipe, tiny_model, mb
     assert not (tmp_path / "s2" / "mbr-dpo-seed0" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_evaluate_passes_the_length_penalty_to_the_beam_and_writes_what_it_scored(recipe, tiny_model, tmp_path):
     nmt = recipe.nmt
     model, sp = recipe.load_model(tiny_model)
