@@ -1,0 +1,122 @@
+"""Self-training on fresh in-domain sources through the library's trainer: the committed base fine-tuned on the
+MBR-ranked data of German captions no Multi30k model has seen (``fresh_mbr_data.py``), with
+:class:`rerank.MBRTrainer`, then scored on a split with beam 5 by the recipe's own ``evaluate`` (the code that
+scored the ``ce`` controls: MiniLM F, BLEU, chrF, length ratio; ``--judge``: the MPNet judge, a judge only).
+
+Arms (the loss's weights; every other setting is ``configs/self-training.yaml``, a ``rerank.MBRTrainingConfig``):
+``dpo`` DPO + NLL of the chosen side on the stored pairs; ``distill`` NLL of the MBR-best (top-1
+self-distillation). ``--set field=value`` overrides a setting (``--set pairing=best-worst``).
+
+    OMP_NUM_THREADS=1 nohup python studies/multi30k/self_training.py --arm dpo --seed 0 &
+
+The first ``--shards`` shards of the data folder are used (all of them must exist), so a resumed run trains on
+the same sources. A stopped run resumes from its last checkpoint: run the same command again. Writes
+``<out>/<arm>-seed<k>/``: ``trainer/`` (checkpoints), ``model/`` (with the generator's ``spm.model``),
+``<split>.en`` (the translations) and ``result.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+ARMS = {
+    "dpo": {"dpo_weight": 1.0, "nll_weight": 1.0, "distill_weight": 0.0},
+    "distill": {"dpo_weight": 0.0, "distill_weight": 1.0},
+}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--arm", choices=sorted(ARMS), required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default=str(ROOT / "runs" / "mbr-data" / "fresh-eps32"), help="fresh_mbr_data.py's folder")
+    p.add_argument("--shards", type=int, default=80, help="train on the first K shards (all must exist)")
+    p.add_argument("--model", default=str(ROOT / "models" / "multi30k-de-en"), help="the base (the data's builder)")
+    p.add_argument("--config", default=str(HERE / "configs" / "self-training.yaml"))
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a config field")
+    p.add_argument("--out", default=str(ROOT / "runs" / "multi30k" / "self-training"))
+    p.add_argument("--split", default="val", help="the split scored after training (val; test once chosen)")
+    p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--limit", type=int, help="score only the split's first N sentences (a smoke run)")
+    p.add_argument("--judge", action="store_true", help="also the MPNet judge's F (extra `accurate`)")
+    p.add_argument("--threads", type=int, default=1)
+    return p.parse_args(argv)
+
+
+def examples_of(folder: Path, shards: int, model, tokenizer, config) -> list:
+    """The examples of the corpus's first ``shards`` shards (by corpus index), all of which must exist."""
+    import json
+
+    from rerank import read_mbr_examples
+
+    size = json.loads((folder / "manifest.json").read_text())["config"]["shard_size"]
+    have = len(list(folder.glob("shard-*.jsonl")))
+    if have < shards:
+        sys.exit(f"{folder} holds {have} shards, --shards asks for {shards}: let fresh_mbr_data.py finish")
+    examples = read_mbr_examples(
+        folder, tokenizer, model, pairing=config.pairing, pairs_per_source=config.pairs_per_source,
+        selection=config.pair_selection, seed=config.pair_seed,
+    )  # fmt: skip
+    chosen = [e for e in examples if e.index < shards * size]
+    if len(chosen) != shards * size:
+        sys.exit(f"{folder}: {len(chosen)} sources among the first {shards} shards of {size}, not {shards * size}")
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    import torch
+    import yaml
+
+    from bertscore_loss.outputs import write_json
+    from rerank import MBRTrainer, MBRTrainingConfig
+    from rerank.trainer import MBRDataset
+    from rerank.training_data import load_model_and_tokenizer
+
+    sys.path.insert(0, str(HERE))
+    import recipe  # the recipe's evaluate: the decoder and scores of the ce controls
+
+    torch.set_num_threads(args.threads)
+    run = Path(args.out) / f"{args.arm}-seed{args.seed}"
+    overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
+    config = MBRTrainingConfig.from_yaml(
+        args.config, **ARMS[args.arm], **overrides, seed=args.seed, output_dir=str(run / "trainer")
+    )
+    model, tokenizer = load_model_and_tokenizer(args.model)
+    data = MBRDataset(examples_of(Path(args.data), args.shards, model, tokenizer, config))
+    trainer = MBRTrainer(model, config, data, tokenizer)
+    start = time.time()
+    trainer.train(resume_from_checkpoint=any((run / "trainer").glob("checkpoint-*")) or None)
+    train_seconds = time.time() - start
+    trainer.save_model(str(run / "model"))
+    shutil.copy(Path(args.model) / "spm.model", run / "model" / "spm.model")
+    hyps = run / f"{args.split}.en"
+    scores = recipe.evaluate(str(run / "model"), args.multi30k, args.split, 5, "32-true", args.limit,
+                             judge=args.judge, hyps_out=str(hyps))  # fmt: skip
+    result = {
+        "arm": args.arm,
+        "seed": args.seed,
+        "data": args.data,
+        "shards": args.shards,
+        "sources": len(data),
+        "pairs": sum(len(e.pairs) for e in data.examples),
+        "updates": trainer.state.global_step,
+        "train_seconds_this_process": train_seconds,
+        "config": {k: v for k, v in config.to_dict().items() if k in {*ARMS["dpo"], *ARMS["distill"], *overrides}},
+        **scores,
+    }
+    write_json(run / "result.json", result, overwrite=True)
+    logging.getLogger("self_training").info("%s", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
