@@ -47,6 +47,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "mbr_dpo.yaml", help="MBRTrainingConfig YAML")
     p.add_argument("--samples", type=int, default=64, help="epsilon samples per source")
     p.add_argument("--utility", default="bertscore", help="MBR utility (a registered name: bertscore, chrf, bleu)")
+    p.add_argument(
+        "--pairing", default="beam-or-worst", help="pairs: beam-or-worst, best-worst, best-beam, best-second"
+    )
     p.add_argument("--eval-utility", default="bertscore", help="the utility of the significance test")
     p.add_argument("--limit", type=int, help="at most this many training sources")
     p.add_argument("--smoke", action="store_true", help="seconds: the committed model, 8 sources, 8 samples, chrF")
@@ -71,7 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
         tokenizer,
         sources,
         data,
-        MBRDataConfig(num_samples=args.samples, utility=args.utility, shard_size=500, precision="32"),
+        MBRDataConfig(args.samples, utility=args.utility, pairing=args.pairing, shard_size=500, precision="32"),
     )
     # 2. Train: Trainer's loop, checkpoints and logging; reference log-probabilities from the folder
     overrides = SMOKE_TRAINING if args.smoke else {}

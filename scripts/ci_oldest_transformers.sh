@@ -6,6 +6,7 @@
 #   scripts/ci_oldest_transformers.sh                      # makes .venv-oldest (anew if it holds another pin)
 #   TRANSFORMERS="transformers==5.3.0" VENV=.venv-530 scripts/ci_oldest_transformers.sh   # another pin
 #   scripts/ci_oldest_transformers.sh tests/test_compat.py # arguments go to pytest
+#   scripts/ci_oldest_transformers.sh --prepare            # make the environment only (.ci/run: in the background)
 #
 # .ci/run calls it after the main test command. Where TRL does not install beside the pin it is left out and
 # the quick loop deselects the tests named for it (`-k "not trl"`). Everything else runs with CI=true: a skip
@@ -39,6 +40,7 @@ EOF
     "$VENV/bin/pip" install -q "trl>=0.14" "$TRANSFORMERS" || echo "TRL does not install beside $TRANSFORMERS" >&2
 fi
 "$VENV/bin/python" -c "import transformers, torch; print('transformers', transformers.__version__, 'torch', torch.__version__)"
+[ "${1:-}" = "--prepare" ] && exit 0
 select=()
 "$VENV/bin/python" -c "import trl" 2>/dev/null || select=(-k "not trl")
 start=$(date +%s)

@@ -1,5 +1,6 @@
 """The docs as a new user meets them: each Python block marked ``<!-- doc-test: run -->`` in README.md and
-docs/ is written to a file and run as a script in a fresh interpreter; every shell block parses; the README's
+docs/ is written to a file and run as a script (one interpreter runs them all, each in a fresh namespace and
+folder of its own, so torch and transformers import once); every shell block parses; the README's
 commands are the ones CI runs; every link and anchor resolves; the README and the guide speak of the product,
 not of how it was made; committed results hold no machine's absolute paths."""
 
@@ -65,6 +66,59 @@ def run_script(code: str, tmp_path: Path, timeout: int = 900) -> subprocess.Comp
     )
 
 
+# Runs each snippet file given in its own empty folder as ``__main__`` and writes ``<file>.json`` beside it:
+# its printed output and, where it raised, the traceback. Process-wide state a script may change (the working
+# folder, sys.argv, sys.path, torch's thread count) is restored between snippets.
+DRIVER = """
+import contextlib, io, json, os, runpy, sys, traceback
+from pathlib import Path
+import torch
+
+threads, path, argv = torch.get_num_threads(), list(sys.path), list(sys.argv)
+for script in map(Path, sys.argv[1:]):
+    folder = script.with_suffix("")
+    folder.mkdir()
+    os.chdir(folder)
+    out, error = io.StringIO(), None
+    sys.argv[:] = [str(script)]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(script), run_name="__main__")
+    except BaseException:
+        error = traceback.format_exc()
+    finally:
+        sys.path[:], sys.argv[:] = path, argv
+        torch.set_num_threads(threads)
+    script.with_suffix(".json").write_text(json.dumps({"stdout": out.getvalue(), "error": error}))
+"""
+
+
+def run_scripts(codes: dict[str, str], tmp_path: Path, timeout: int = 1200) -> dict[str, dict]:
+    """{name: {"stdout": printed text, "error": traceback or None}} of each snippet run as a script."""
+    scripts = [tmp_path / f"snippet{k}.py" for k in range(len(codes))]
+    for script, code in zip(scripts, codes.values()):
+        script.write_text(code, encoding="utf-8")
+    (tmp_path / "driver.py").write_text(DRIVER, encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), *map(str, scripts)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    results = {}
+    for name, script in zip(codes, scripts):
+        result = script.with_suffix(".json")
+        results[name] = (
+            json.loads(result.read_text(encoding="utf-8"))
+            if result.is_file()
+            else {"stdout": "", "error": f"the driver stopped (exit status {done.returncode}): {done.stderr[-3000:]}"}
+        )
+    return results
+
+
 def _links_module():
     spec = importlib.util.spec_from_file_location("_check_links", ROOT / "scripts" / "check_links.py")
     module = importlib.util.module_from_spec(spec)
@@ -86,27 +140,49 @@ def test_the_marked_blocks_are_found():
 GENERAL = [(name, k, code) for name, k, code in marked_blocks() if name not in OWN_TESTS]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name,k,code", GENERAL, ids=[f"{name}-{k}" for name, k, _ in GENERAL])
-def test_marked_block_runs_as_written(name, k, code, tmp_path):
-    done = run_script(code, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip(), f"{name} block {k} prints nothing: show the reader what it computes"
+@pytest.fixture(scope="module")
+def general_runs(tmp_path_factory) -> dict[str, dict]:
+    """The printed output (or traceback) of every GENERAL block, keyed ``page-k``."""
+    return run_scripts({f"{name}-{k}": code for name, k, code in GENERAL}, tmp_path_factory.mktemp("snippets"))
 
 
 @pytest.mark.slow
-def test_readme_quick_start_prints_the_signature_it_shows(tmp_path):
+@pytest.mark.parametrize("name,k", [(name, k) for name, k, _ in GENERAL], ids=[f"{n}-{k}" for n, k, _ in GENERAL])
+def test_marked_block_runs_as_written(name, k, general_runs):
+    run = general_runs[f"{name}-{k}"]
+    assert run["error"] is None, run["error"][-3000:]
+    assert run["stdout"].strip(), f"{name} block {k} prints nothing: show the reader what it computes"
+
+
+def test_the_snippet_driver_reports_each_script_on_its_own(tmp_path):
+    """A raising snippet is reported with its traceback and does not stop the next one; each runs in its own
+    folder and namespace (no variable of the one before)."""
+    runs = run_scripts(
+        {
+            "a": "x = 1\nprint(open('f', 'w').write('1'))\nraise ValueError('boom')",
+            "b": "print(sorted(globals()).count('x'))",
+        },
+        tmp_path,
+        timeout=120,
+    )
+    assert "ValueError: boom" in runs["a"]["error"] and runs["a"]["stdout"] == "1\n"
+    assert runs["b"] == {"stdout": "0\n", "error": None}
+    assert sorted(p.name for p in tmp_path.glob("snippet*/*")) == ["f"]
+
+
+@pytest.mark.slow
+def test_readme_quick_start_prints_the_signature_it_shows(general_runs):
     code = next(c for name, _, c in marked_blocks() if name == "README.md")  # the first example: scoring
-    done = run_script(code, tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    signature = done.stdout.strip().splitlines()[-1]
+    run = general_runs["README.md-0"]
+    assert run["error"] is None, run["error"][-3000:]
+    signature = run["stdout"].strip().splitlines()[-1]
     assert signature.startswith("bertscore-loss:") and "|layer:4|" in signature
     shown = re.search(r"^# (bertscore-loss:\S+)$", code, re.M).group(1)  # the signature the README shows
     assert shown.split("|")[1:5] == signature.split("|")[1:5]  # model, layer, idf, rescale as printed
     from bertscore_loss import BERTScorer
 
     want = BERTScorer(device="cpu").score(["The cat sat on the mat."], ["A cat was sitting on the mat."])[2]
-    assert f"F = {want.mean():.4f}" in done.stdout
+    assert f"F = {want.mean():.4f}" in run["stdout"]
 
 
 @pytest.mark.slow
