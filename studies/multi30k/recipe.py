@@ -515,6 +515,8 @@ class Stage2Config:
     epochs: float | None = None  # epochs of the seed's batches (updates = round(epochs × batches in an epoch))
     batch_tokens: int = 768
     max_len: int = 100
+    # the first N training pairs only (None: all): e.g. an mbr-* arm on exactly the sources of its MBR folder
+    train_limit: int | None = None
     precision: str = "auto"
     weight: float = 1.0  # lambda of the semantic term (bertscore, mrt)
     samples: int = 8  # mrt: samples per source
@@ -843,7 +845,7 @@ def stage2(cfg: Stage2Config, fresh: bool = False, overwrite: bool = False) -> d
     data, init = resolve(cfg.data), require_model(cfg.init, "init")
     run = resolve(cfg.out) / f"{cfg.arm}-seed{cfg.seed}"
     sp = load_sp(init / "spm.model")
-    train = nmt.PairData(sp, *nmt.read_pairs(data, "train"), cfg.max_len)
+    train = nmt.PairData(sp, *nmt.read_pairs(data, "train", cfg.train_limit), cfg.max_len)
     batch_seed = 1000 + cfg.seed
     per_epoch = train.batches_per_epoch(cfg.batch_tokens, batch_seed)
     updates, equal_time = run_length(cfg, per_epoch)
