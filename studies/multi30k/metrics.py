@@ -55,6 +55,33 @@ def corpus_scores(hyps: Sequence[str], refs: Sequence[str], *, with_judge: bool 
     return out
 
 
+def universal_screen(hyps: Sequence[str], refs: Sequence[str], *, draws: int = 8, top: int = 5, seed: int = 0) -> dict:
+    """The "universal output" screen of metric gaming: every hypothesis scored (MiniLM F ×100) against the
+    references of ``draws`` other sentences, drawn at random (draw ``d`` pairs sentence ``i`` with
+    ``(i + offset_d) mod N``, offsets distinct in ``1 … N-1``, so never with its own). A model that learned
+    outputs the metric likes whatever the reference says scores high there and shrinks the gap.
+
+    Returns ``matched_f`` (against the own references), ``random_f`` (mean over the draws), ``gap`` (their
+    difference), ``offsets`` and ``top``: the ``top`` hypotheses with the highest mean random-reference F."""
+    n = len(hyps)
+    if n != len(refs) or n < 2:
+        raise ValueError(f"need as many hypotheses as references, at least 2: got {n} and {len(refs)}")
+    draws = min(draws, n - 1)
+    offsets = np.random.default_rng(seed).choice(np.arange(1, n), size=draws, replace=False)
+    shifted = [refs[(i + int(o)) % n] for o in offsets for i in range(n)]
+    random_f = sentence_bertscore(list(hyps) * draws, shifted).reshape(draws, n).mean(axis=0)
+    matched = sentence_bertscore(hyps, refs)
+    order = np.argsort(-random_f, kind="stable")[:top]
+    return {
+        "matched_f": float(matched.mean()),
+        "random_f": float(random_f.mean()),
+        "gap": float(matched.mean() - random_f.mean()),
+        "draws": draws,
+        "offsets": [int(o) for o in offsets],
+        "top": [{"line": int(i) + 1, "hypothesis": hyps[i], "random_f": float(random_f[i])} for i in order],
+    }
+
+
 def paired_bootstrap(
     baseline: Sequence[str], system: Sequence[str], refs: Sequence[str], *, with_judge: bool = False
 ) -> dict:

@@ -1,7 +1,8 @@
 """Self-training on fresh in-domain sources through the library's trainer: the committed base fine-tuned on the
 MBR-ranked data of German captions no Multi30k model has seen (``fresh_mbr_data.py``), with
 :class:`rerank.MBRTrainer`, then scored on a split with beam 5 by the recipe's own ``evaluate`` (the code that
-scored the ``ce`` controls: MiniLM F, BLEU, chrF, length ratio; ``--judge``: the MPNet judge, a judge only).
+scored the ``ce`` controls: MiniLM F, BLEU, chrF, length ratio; ``--judge``: the MPNet judge, a judge only) and
+the "universal output" screen (``metrics.universal_screen``: the translations against other sources' references).
 
 Arms (the loss's weights; every other setting is ``configs/self-training.yaml``, a ``rerank.MBRTrainingConfig``):
 ``dpo`` DPO + NLL of the chosen side on the stored pairs; ``distill`` NLL of the MBR-best (top-1
@@ -77,11 +78,14 @@ def main(argv: list[str] | None = None) -> dict:
     import yaml
 
     from bertscore_loss.outputs import write_json
+    from bertscore_loss.textio import read_lines
     from rerank import MBRTrainer, MBRTrainingConfig
     from rerank.trainer import MBRDataset
     from rerank.training_data import load_model_and_tokenizer
 
     sys.path.insert(0, str(HERE))
+    import metrics
+    import nmt
     import recipe  # the recipe's evaluate: the decoder and scores of the ce controls
 
     torch.set_num_threads(args.threads)
@@ -99,6 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.save_model(str(run / "model"))
     shutil.copy(Path(args.model) / "spm.model", run / "model" / "spm.model")
     hyps = run / f"{args.split}.en"
+    refs = nmt.read_pairs(args.multi30k, args.split, args.limit)[1]
     scores = recipe.evaluate(str(run / "model"), args.multi30k, args.split, 5, "32-true", args.limit,
                              judge=args.judge, hyps_out=str(hyps))  # fmt: skip
     result = {
@@ -112,6 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
         "train_seconds_this_process": train_seconds,
         "config": {k: v for k, v in config.to_dict().items() if k in {*ARMS["dpo"], *ARMS["distill"], *overrides}},
         **scores,
+        # the "universal output" screen: the translations against other sentences' references (metrics.py)
+        "universal": metrics.universal_screen(read_lines(hyps), refs),
     }
     write_json(run / "result.json", result, overwrite=True)
     logging.getLogger("self_training").info("%s", result)

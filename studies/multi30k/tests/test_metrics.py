@@ -40,3 +40,29 @@ def test_reported_bertscore_p_value_is_the_librarys_paired_bootstrap():
     want = metrics.sentence_bertscore(SYSTEM, REFS).mean() - metrics.sentence_bertscore(BASE, REFS).mean()
     assert ours.delta * 100 == pytest.approx(want, abs=1e-4)
     assert ours.delta > 0 and ours.metric == "bertscore" and "|utility:bertscore-loss:" in ours.signature
+
+
+def test_universal_screen_scores_each_hypothesis_against_other_references():
+    """Hand check of the screen on real sentences: random_f is the mean F against the drawn others' references
+    (never the own), matched_f the F against the own; a constant output has a small gap, a faithful one a
+    large gap."""
+    metrics = _study_metrics()
+    refs = [
+        "A man is riding a bicycle down the street.",
+        "Two dogs play in the snow.",
+        "A woman is cooking dinner in a kitchen.",
+        "Children are swimming in a pool.",
+    ]
+    screen = metrics.universal_screen(refs, refs, draws=2, top=2, seed=3)
+    offsets = screen["offsets"]
+    assert len(offsets) == 2 and all(1 <= o <= 3 for o in offsets) and len(set(offsets)) == 2
+    pairs = [(refs[i], refs[(i + o) % 4]) for o in offsets for i in range(4)]
+    want = metrics.sentence_bertscore([h for h, _ in pairs], [r for _, r in pairs]).mean()
+    assert screen["random_f"] == pytest.approx(want, abs=1e-9)
+    assert screen["matched_f"] == pytest.approx(100.0, abs=1e-3)  # every hypothesis is its reference
+    assert screen["gap"] == pytest.approx(screen["matched_f"] - screen["random_f"])
+    assert [t["random_f"] for t in screen["top"]] == sorted((t["random_f"] for t in screen["top"]), reverse=True)
+    constant = metrics.universal_screen(["A person is doing something."] * 4, refs, draws=3)
+    assert constant["gap"] < 3 < screen["gap"]  # the same output for every source: its own reference is no nearer
+    with pytest.raises(ValueError, match="at least 2"):
+        metrics.universal_screen(["a"], ["b"])

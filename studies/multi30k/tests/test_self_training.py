@@ -37,6 +37,8 @@ def test_fresh_data_then_a_self_training_arm(tmp_path):
     hyps = (out / "dpo-seed0" / "val.en").read_text(encoding="utf-8").splitlines()
     assert len(hyps) == 12 and all(hyps)
     assert 0 < result["bertscore_f"] < 100 and (out / "dpo-seed0" / "model" / "spm.model").is_file()
+    screen = result["universal"]  # the translations against other sentences' references: further from them
+    assert screen["matched_f"] == pytest.approx(result["bertscore_f"]) and screen["gap"] > 0 and screen["draws"] == 8
     run("self_training.py", *arm)  # resumed from its last checkpoint: no further update
     assert json.loads((out / "dpo-seed0" / "result.json").read_text())["updates"] == 2
     with pytest.raises(AssertionError, match="holds 2 shards, --shards asks for 3"):
