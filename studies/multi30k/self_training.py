@@ -6,14 +6,20 @@ the "universal output" screen (``metrics.universal_screen``: the translations ag
 
 Arms (the loss's weights; every other setting is ``configs/self-training.yaml``, a ``rerank.MBRTrainingConfig``):
 ``dpo`` DPO + NLL of the chosen side on the stored pairs; ``distill`` NLL of the MBR-best (top-1
-self-distillation). ``--set field=value`` overrides a setting (``--set pairing=best-worst``).
+self-distillation; with ``--top N`` the N best distinct candidates of each source by expected utility, each
+a target of its own). ``--set field=value`` overrides a setting (``--set pairing=best-worst``). ``--mix FOLDER``
+adds every example of another built folder (the training sources' pairs, built from the same base) to the
+fresh ones; ``--model`` and ``--data`` of a later round name the tuned model and the data built from it, and
+``--name`` keeps its run apart.
 
     OMP_NUM_THREADS=1 nohup python studies/multi30k/self_training.py --arm dpo --seed 0 &
 
 The first ``--shards`` shards of the data folder are used (all of them must exist), so a resumed run trains on
 the same sources. A stopped run resumes from its last checkpoint: run the same command again. Writes
-``<out>/<arm>-seed<k>/``: ``trainer/`` (checkpoints), ``model/`` (with the generator's ``spm.model``),
-``<split>.en`` (the translations) and ``result.json``.
+``<out>/<name>-seed<k>/`` (``<name>``: the arm unless ``--name``): ``trainer/`` (checkpoints), ``model/`` (with
+the generator's ``spm.model``), ``<split>.en`` (the translations) and ``result.json`` (``result.<split>.json`` for a
+split other than val); ``--blind DIR`` also writes the beam-5 translations of every blind set
+(``<multi30k>/blind/*.de``) to ``DIR/<name>-seed<k>-beam5.<set>.en``.
 """
 
 from __future__ import annotations
@@ -39,12 +45,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default=str(ROOT / "runs" / "mbr-data" / "fresh-eps32"), help="fresh_mbr_data.py's folder")
     p.add_argument("--shards", type=int, default=80, help="train on the first K shards (all must exist)")
-    p.add_argument("--model", default=str(ROOT / "models" / "multi30k-de-en"), help="the base (the data's builder)")
+    p.add_argument("--top", type=int, default=1, help="distill: the N best distinct candidates as targets")
+    p.add_argument("--mix", help="a second built folder whose examples are all added (the same builder model)")
+    p.add_argument("--model", default=str(ROOT / "models" / "multi30k-de-en"), help="the data's builder model")
+    p.add_argument("--name", help="the run's name (default: the arm)")
     p.add_argument("--config", default=str(HERE / "configs" / "self-training.yaml"))
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="override a config field")
     p.add_argument("--out", default=str(ROOT / "runs" / "multi30k" / "self-training"))
     p.add_argument("--split", default="val", help="the split scored after training (val; test once chosen)")
     p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
+    p.add_argument("--blind", help="a folder for the beam-5 translations of the blind sets (none: not decoded)")
     p.add_argument("--limit", type=int, help="score only the split's first N sentences (a smoke run)")
     p.add_argument("--judge", action="store_true", help="also the MPNet judge's F (extra `accurate`)")
     p.add_argument("--threads", type=int, default=1)
@@ -71,6 +81,45 @@ def examples_of(folder: Path, shards: int, model, tokenizer, config) -> list:
     return chosen
 
 
+def top_examples(folder: Path, shards: int, n: int, model, tokenizer) -> list:
+    """Top-n self-distillation targets: for each source of the first ``shards`` shards, its ``n`` best distinct
+    candidates by expected utility (the first is the MBR-best), each an example whose target is that candidate
+    (tokenised by :meth:`rerank.trainer.MBRDataset.from_references`, as the trainer's distillation term reads it)."""
+    import json
+
+    from rerank.trainer import MBRDataset
+    from rerank.training_data import read_mbr_data
+
+    size = json.loads((folder / "manifest.json").read_text())["config"]["shard_size"]
+    sources, targets = [], []
+    for row in read_mbr_data(folder, complete=False):
+        if row["index"] >= shards * size:
+            continue
+        ranked = sorted(zip(row["expected"], row["candidates"]), key=lambda t: -t[0])
+        best = list(dict.fromkeys(text for _, text in ranked))[:n]
+        if best[0] != row["chosen"]:
+            sys.exit(f"{folder}: row {row['index']} ranks {best[0]!r} first but chose {row['chosen']!r}")
+        sources += [row["prompt"]] * len(best)
+        targets += best
+    return MBRDataset.from_references(sources, targets, tokenizer, model).examples
+
+
+def mix_examples(folder: Path, model, tokenizer, config) -> list:
+    """Every example of a second built folder (all of its sources must be built), paired as the fresh ones."""
+    import json
+
+    from rerank import read_mbr_examples
+
+    examples = read_mbr_examples(
+        folder, tokenizer, model, pairing=config.pairing, pairs_per_source=config.pairs_per_source,
+        selection=config.pair_selection, seed=config.pair_seed,
+    )  # fmt: skip
+    sources = json.loads((folder / "manifest.json").read_text())["sources"]
+    if len(examples) != sources:
+        sys.exit(f"{folder}: {len(examples)} of its {sources} sources built: let its builder finish")
+    return examples
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -89,13 +138,20 @@ def main(argv: list[str] | None = None) -> dict:
     import recipe  # the recipe's evaluate: the decoder and scores of the ce controls
 
     torch.set_num_threads(args.threads)
-    run = Path(args.out) / f"{args.arm}-seed{args.seed}"
+    run = Path(args.out) / f"{args.name or args.arm}-seed{args.seed}"
     overrides = {k: yaml.safe_load(v) for k, v in (s.split("=", 1) for s in args.set)}
     config = MBRTrainingConfig.from_yaml(
         args.config, **ARMS[args.arm], **overrides, seed=args.seed, output_dir=str(run / "trainer")
     )
     model, tokenizer = load_model_and_tokenizer(args.model)
-    data = MBRDataset(examples_of(Path(args.data), args.shards, model, tokenizer, config))
+    examples = examples_of(Path(args.data), args.shards, model, tokenizer, config)
+    sources = len(examples)
+    if args.top > 1:
+        if args.arm != "distill" or args.mix:
+            sys.exit("--top N is for the distill arm without --mix")
+        examples = top_examples(Path(args.data), args.shards, args.top, model, tokenizer)
+    mixed = mix_examples(Path(args.mix), model, tokenizer, config) if args.mix else []
+    data = MBRDataset(examples + mixed)
     trainer = MBRTrainer(model, config, data, tokenizer)
     start = time.time()
     trainer.train(resume_from_checkpoint=any((run / "trainer").glob("checkpoint-*")) or None)
@@ -111,7 +167,12 @@ def main(argv: list[str] | None = None) -> dict:
         "seed": args.seed,
         "data": args.data,
         "shards": args.shards,
-        "sources": len(data),
+        "start": args.model,  # the model trained (the data's builder)
+        "mix": args.mix,
+        "mixed_sources": len(mixed),
+        "top": args.top,
+        "sources": sources + len(mixed),
+        "examples": len(data),
         "pairs": sum(len(e.pairs) for e in data.examples),
         "updates": trainer.state.global_step,
         "train_seconds_this_process": train_seconds,
@@ -120,7 +181,12 @@ def main(argv: list[str] | None = None) -> dict:
         # the "universal output" screen: the translations against other sentences' references (metrics.py)
         "universal": metrics.universal_screen(read_lines(hyps), refs),
     }
-    write_json(run / "result.json", result, overwrite=True)
+    if args.blind:
+        model, sp = recipe.load_model(run / "model")
+        for path in recipe.blind_sources(Path(args.multi30k)):
+            hyps = nmt.translate(model, sp, read_lines(path), beams=5, precision="32-true")
+            recipe.write_output(Path(args.blind) / f"{run.name}-beam5.{path.stem}.en", hyps)
+    write_json(run / ("result.json" if args.split == "val" else f"result.{args.split}.json"), result, overwrite=True)
     logging.getLogger("self_training").info("%s", result)
     return result
 

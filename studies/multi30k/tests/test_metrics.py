@@ -66,3 +66,21 @@ def test_universal_screen_scores_each_hypothesis_against_other_references():
     assert constant["gap"] < 3 < screen["gap"]  # the same output for every source: its own reference is no nearer
     with pytest.raises(ValueError, match="at least 2"):
         metrics.universal_screen(["a"], ["b"])
+
+
+@pytest.mark.slow  # MiniLM and sacrebleu's resampling
+def test_screen_against_a_baseline_gives_the_paired_bootstrap_of_each_file(tmp_path):
+    """``screen.py --against``: each file's p-values against the baseline are ``metrics.paired_bootstrap``'s on
+    the same lines; the references themselves beat a constant caption on every statistic."""
+    metrics = _study_metrics()
+    sys.path.insert(0, str(RECIPE))
+    import screen
+
+    sample = RECIPE.parents[1] / "tests" / "data" / "multi30k"
+    refs = (sample / "val.en").read_text(encoding="utf-8").splitlines()
+    (tmp_path / "const.en").write_text("A person is outside.\n" * len(refs), encoding="utf-8")
+    out = screen.main([str(sample / "val.en"), "--against", str(tmp_path / "const.en"), "--multi30k", str(sample)])
+    tested = out[str(sample / "val.en")]["against"]
+    want = metrics.paired_bootstrap(["A person is outside."] * len(refs), refs, refs)
+    assert tested == {"baseline": str(tmp_path / "const.en"), **want}
+    assert max(want["bleu_p"], want["chrf_p"], want["bertscore_p"]) < 0.05 and "judge_p" not in want
