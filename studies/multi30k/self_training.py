@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.blind:
         model, sp = recipe.load_model(run / "model")
         for path in recipe.blind_sources(Path(args.multi30k)):
-            hyps = nmt.translate(model, sp, read_lines(path), beams=5, precision="32-true")
-            recipe.write_output(Path(args.blind) / f"{run.name}-beam5.{path.stem}.en", hyps)
+            translated = nmt.translate(model, sp, read_lines(path), beams=5, precision="32-true")
+            recipe.write_output(Path(args.blind) / f"{run.name}-beam5.{path.stem}.en", translated)
     write_json(run / ("result.json" if args.split == "val" else f"result.{args.split}.json"), result, overwrite=True)
     logging.getLogger("self_training").info("%s", result)
     return result
