@@ -61,8 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def examples_of(folder: Path, shards: int, model, tokenizer, config) -> list:
-    """The examples of the corpus's first ``shards`` shards (by corpus index), all of which must exist."""
+def examples_of(folder: Path, shards: int, model, tokenizer, config, need: int | None = None) -> list:
+    """The examples of the corpus's first ``shards`` shards (by corpus index), all of which must exist (``need``
+    sources in all; default ``shards`` full shards)."""
     import json
 
     from rerank import read_mbr_examples
@@ -75,9 +76,10 @@ def examples_of(folder: Path, shards: int, model, tokenizer, config) -> list:
         folder, tokenizer, model, pairing=config.pairing, pairs_per_source=config.pairs_per_source,
         selection=config.pair_selection, seed=config.pair_seed,
     )  # fmt: skip
+    need = shards * size if need is None else need
     chosen = [e for e in examples if e.index < shards * size]
-    if len(chosen) != shards * size:
-        sys.exit(f"{folder}: {len(chosen)} sources among the first {shards} shards of {size}, not {shards * size}")
+    if len(chosen) != need:
+        sys.exit(f"{folder}: {len(chosen)} sources among the first {shards} shards of {size}, not {need}")
     return chosen
 
 
@@ -105,19 +107,13 @@ def top_examples(folder: Path, shards: int, n: int, model, tokenizer) -> list:
 
 
 def mix_examples(folder: Path, model, tokenizer, config) -> list:
-    """Every example of a second built folder (all of its sources must be built), paired as the fresh ones."""
+    """Every example of a second built folder (all of its shards must be built), paired as the fresh ones."""
     import json
+    import math
 
-    from rerank import read_mbr_examples
-
-    examples = read_mbr_examples(
-        folder, tokenizer, model, pairing=config.pairing, pairs_per_source=config.pairs_per_source,
-        selection=config.pair_selection, seed=config.pair_seed,
-    )  # fmt: skip
-    sources = json.loads((folder / "manifest.json").read_text())["sources"]
-    if len(examples) != sources:
-        sys.exit(f"{folder}: {len(examples)} of its {sources} sources built: let its builder finish")
-    return examples
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return examples_of(folder, math.ceil(manifest["sources"] / manifest["config"]["shard_size"]), model, tokenizer,
+                       config, need=manifest["sources"])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> dict:
