@@ -25,7 +25,7 @@ from bertscore_loss.outputs import write_json
 from bertscore_loss.textio import read_lines
 from rerank import MBRTrainer, MBRTrainingConfig, paired_bootstrap
 from rerank.generate import beam_translate
-from rerank.training_data import MBRDataConfig, build_mbr_data, load_model_and_tokenizer
+from rerank.training_data import PAIRINGS, MBRDataConfig, build_mbr_data, load_model_and_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLE = ROOT / "tests" / "data" / "multi30k"
@@ -47,9 +47,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--config", type=Path, default=ROOT / "configs" / "mbr_dpo.yaml", help="MBRTrainingConfig YAML")
     p.add_argument("--samples", type=int, default=64, help="epsilon samples per source")
     p.add_argument("--utility", default="bertscore", help="MBR utility (a registered name: bertscore, chrf, bleu)")
-    p.add_argument(
-        "--pairing", default="beam-or-worst", help="pairs: beam-or-worst, best-worst, best-beam, best-second"
-    )
+    p.add_argument("--pairing", default="beam-or-worst", choices=PAIRINGS, help="which candidate is rejected")
     p.add_argument("--eval-utility", default="bertscore", help="the utility of the significance test")
     p.add_argument("--limit", type=int, help="at most this many training sources")
     p.add_argument("--smoke", action="store_true", help="seconds: the committed model, 8 sources, 8 samples, chrF")

@@ -91,7 +91,7 @@ class MBRTrainingConfig(TrainingArguments):
         default="stored",
         metadata={
             "help": "Pairs: 'stored' (the folder's chosen/rejected) or re-paired from the stored candidate lists: "
-            "'beam-or-worst', 'best-worst', 'best-beam', 'best-second'."
+            "'beam-or-worst', 'best-worst', 'best-beam', 'best-second', 'best-2sigma'."
         },
     )
     pairs_per_source: int = field(

@@ -32,6 +32,7 @@ import hashlib
 import json
 import logging
 import math
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
@@ -67,8 +68,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-Pairing = Literal["beam-or-worst", "best-worst", "best-beam", "best-second"]
-PAIRINGS: tuple[str, ...] = ("beam-or-worst", "best-worst", "best-beam", "best-second")
+Pairing = Literal["beam-or-worst", "best-worst", "best-beam", "best-second", "best-2sigma"]
+PAIRINGS: tuple[str, ...] = ("beam-or-worst", "best-worst", "best-beam", "best-second", "best-2sigma")
 _FORMAT = 1
 
 
@@ -171,11 +172,12 @@ class MBRDataConfig:
     (0 = no beam output: ranks the samples only); ``utility``: a registered name (``"bertscore"``,
     ``"chrf"``, ``"bleu"``); ``pairing``: ``"beam-or-worst"`` (rejected = the beam output where it differs
     from the MBR-best, else the MBR-worst), ``"best-worst"``, ``"best-beam"`` (rows where beam = best have
-    no pair: ``rejected`` is None) or ``"best-second"``; ``shard_size`` sources per file; ``seed`` of shard
-    ``k`` is ``seed + k``; ``too_long``: sources over the model's positions are ``"error"`` (one line naming
-    the source) or ``"truncate"`` (cut, EOS kept, counted in the manifest); ``log_probs``: store the model's
-    sequence log-probabilities of chosen and rejected; ``store_lists``: store every candidate and its
-    expected utility; ``precision``, ``token_budget``: of beam search and sampling
+    no pair: ``rejected`` is None), ``"best-second"`` or ``"best-2sigma"`` (rejected = the candidate whose
+    expected utility is nearest μ − 2σ of the source's candidates; Xiao et al. 2025); ``shard_size`` sources per
+    file; ``seed`` of shard ``k`` is ``seed + k``; ``too_long``: sources over the model's positions are
+    ``"error"`` (one line naming the source) or ``"truncate"`` (cut, EOS kept, counted in the manifest);
+    ``log_probs``: store the model's sequence log-probabilities of chosen and rejected; ``store_lists``: store
+    every candidate and its expected utility; ``precision``, ``token_budget``: of beam search and sampling
     (:class:`rerank.SamplingConfig`; ``"auto"``: bf16 where the device computes it natively, see
     :func:`sampling_precision`).
     """
@@ -245,6 +247,10 @@ def pair_rows(
         return best, (others[0] if others else None)
     if pairing == "best-beam":
         return best, beam_ok
+    if pairing == "best-2sigma":
+        values = [float(e) for e in expected]
+        low = statistics.fmean(values) - 2 * statistics.pstdev(values)  # ties: the higher-ranked
+        return best, (min(others, key=lambda i: abs(values[i] - low)) if others else None)
     return best, (beam_ok if beam_ok is not None else (others[-1] if others else None))
 
 

@@ -120,6 +120,7 @@ def test_log_probs_are_the_models_teacher_forced_sums(model, tmp_path):
         ("best-second", (1, 0)),
         ("best-beam", (1, None)),
         ("beam-or-worst", (1, 2)),
+        ("best-2sigma", (1, 2)),  # mu 0.6, sigma 0.332: mu - 2 sigma = -0.063, nearest "c" (0.1)
     ],
 )
 def test_pairings(pairing, want):
@@ -128,6 +129,15 @@ def test_pairings(pairing, want):
     if pairing == "beam-or-worst":
         assert pair_rows(["b", "a", "c", "d"], [0.5, 0.9, 0.1, 0.2], 3, pairing) == (1, 3)  # beam differs
         assert pair_rows(["a", "a"], [0.5, 0.5], 1, pairing) == (0, None)  # nothing different to reject
+
+
+def test_best_2sigma_rejects_the_candidate_nearest_mu_minus_two_sigma_not_the_worst():
+    # 20 copies of the best text count in mu and sigma but are never rejected: mu = 18.95 / 23 = 0.8239,
+    # sigma = sqrt(1.0383 / 23) = 0.2125, mu - 2 sigma = 0.399: "c" (0.45) is nearest, not the worst "d" (0.0)
+    cands, expected = ["a"] * 20 + ["b", "c", "d"], [0.9] * 20 + [0.5, 0.45, 0.0]
+    assert pair_rows(cands, expected, None, "best-2sigma") == (0, 21)
+    assert pair_rows(cands, expected, None, "best-worst") == (0, 22)
+    assert pair_rows(["a", "a"], [0.5, 0.5], None, "best-2sigma") == (0, None)  # nothing different to reject
 
 
 def test_resume_rebuilds_only_missing_shards_and_refuses_other_settings(model, tmp_path):

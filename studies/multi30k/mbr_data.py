@@ -46,7 +46,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=float, default=0.02)
     p.add_argument("--beams", type=int, default=5)
     p.add_argument("--utility", default="bertscore", help="registered utility: bertscore, chrf, bleu")
-    p.add_argument("--pairing", default="beam-or-worst", help="beam-or-worst, best-worst, best-beam, best-second")
+    p.add_argument(
+        "--pairing", default="beam-or-worst", help="which candidate is rejected (rerank.training_data.PAIRINGS)"
+    )
     p.add_argument("--shard-size", type=int, default=500)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--precision", default="auto", choices=["auto", "32", "bf16"])
@@ -59,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--mix-pairing",
         default=None,
-        help="--mix-from: pair the re-ranked rows this way (one of rerank.PAIRINGS; default: the input folder's)",
+        help="--mix-from: pair the re-ranked rows this way (rerank.training_data.PAIRINGS; default: the input's)",
     )
     p.add_argument(
         "--mix-partial",

@@ -8,7 +8,8 @@
     # the reranking time where the n^2 part dominates: n = 512 and 1,024 on 100 sources
     python studies/multi30k/mbr_sweep.py sweep --model runs/mbr/model --split test_2016_flickr --limit 100 \\
         --sizes 512 1024 --run runs/mbr/large
-    # blind outputs: beam 5 top-1 and the n = 256 decoders (exact and one approximation, BERTScore and chrF)
+    # blind outputs: beam 5 top-1 and the n = 256 decoders (exact and one approximation, BERTScore and chrF);
+    # --sets test_2017_flickr: only that blind set
     python studies/multi30k/mbr_sweep.py blind --model runs/mbr/model --run runs/mbr/blind --name converged
 
 Every file is written by the project's write rule (``bertscore_loss.outputs``): atomically, and never over a
@@ -342,6 +343,12 @@ def blind(args: argparse.Namespace) -> dict:
     sets = sorted((data / "blind").glob("*.de"))
     if not sets:
         raise SystemExit(f"no blind sets in {data / 'blind'}")
+    if args.sets:
+        unknown = sorted(set(args.sets) - {s.stem for s in sets})
+        if unknown:
+            known = ", ".join(s.stem for s in sets)
+            raise SystemExit(f"--sets: no blind set {', '.join(unknown)} in {data / 'blind'} (known: {known})")
+        sets = [s for s in sets if s.stem in args.sets]
     decoders = ["beam5-top1"] + [
         f"eps{n}+mbr-{u}" + ("" if m == "exact" else f"-{m}") for u in args.utilities for m in ["exact", *args.approx]
     ]
@@ -445,6 +452,7 @@ def main(argv: list[str] | None = None) -> None:
     pb.add_argument("--approx", nargs="*", default=["aggregate-exact"], choices=[m for m in METHODS if m != "exact"])
     pb.add_argument("--name", default="model", help="names the output files <name>-<decoder>.<set>.en")
     pb.add_argument("--outputs", help="folder for the .en files (default: <run>/outputs)")
+    pb.add_argument("--sets", nargs="+", help="only these blind sets, named as blind/<set>.de (default: all)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if getattr(args, "threads", None):

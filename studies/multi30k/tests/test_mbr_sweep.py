@@ -94,3 +94,16 @@ def test_export_sweep_and_blind_outputs(tmp_path):
             "rerank eps4+mbr-chrf",
             "rerank eps4+mbr-chrf-aggregate-exact",
         }
+    # --sets: only the named blind set, from the lists saved above (the same choices); an unknown name is refused
+    first = sorted((SAMPLE / "blind").glob("*.de"))[0].stem
+    one = ["blind", *common, "--n", "4", "--utilities", "chrf", "--approx", "--name", "one", "--precision", "32"]
+    sweep.main([*one, "--sets", first])
+    written = sorted(p.name for p in (run / "outputs").glob("one-*"))
+    assert written == sorted(["one-blind.json", f"one-beam5-top1.{first}.en", f"one-eps4+mbr-chrf.{first}.en"])
+    for decoder in ("beam5-top1", "eps4+mbr-chrf"):
+        assert nmt.read_lines(run / "outputs" / f"one-{decoder}.{first}.en") == nmt.read_lines(
+            run / "outputs" / f"tiny-{decoder}.{first}.en"
+        )
+    assert list(json.loads((run / "outputs" / "one-blind.json").read_text())["sets"]) == [first]
+    with pytest.raises(SystemExit, match=r"--sets: no blind set test_2099 in .*\(known: "):
+        sweep.main([*one, "--sets", "test_2099"])
