@@ -87,7 +87,8 @@ def paired_bootstrap(
 ) -> dict:
     """p-values of ``system`` vs ``baseline``: sacrebleu's paired bootstrap for BLEU and chrF, and the same
     resampling (same seed, same indices, same statistic: :func:`rerank.paired_bootstrap_scores`) over sentence
-    BERTScore F (and the judge's F)."""
+    BERTScore F (and the judge's F), with their mean differences (``bertscore_delta``, ``judge_delta``: system
+    minus baseline, F × 100)."""
     test = PairedTest(
         [("baseline", list(baseline)), ("system", list(system))],
         {"BLEU": sacrebleu.BLEU(), "chrF": sacrebleu.CHRF()},
@@ -103,4 +104,5 @@ def paired_bootstrap(
     for key, fn in sentence.items():
         test = paired_bootstrap_scores(fn(baseline, refs), fn(system, refs), n_samples=BOOTSTRAP_SAMPLES, seed=SEED)
         out[key] = test.p_value
+        out[key.replace("_p", "_delta")] = test.delta
     return out

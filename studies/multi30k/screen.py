@@ -24,6 +24,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("hyps", nargs="+", help="translation files, one line per source line of the split")
     p.add_argument("--split", default="val")
+    p.add_argument("--limit", type=int, help="the split's first N sentences only (files of N lines)")
     p.add_argument("--multi30k", default=str(ROOT.parent / "shared" / "data" / "multi30k"))
     p.add_argument("--draws", type=int, default=8, help="random references per hypothesis")
     p.add_argument("--against", help="a baseline's translations of the split: paired bootstrap p of each file")
@@ -42,12 +43,15 @@ def main(argv: list[str] | None = None) -> dict:
     from bertscore_loss.outputs import write_json
     from bertscore_loss.textio import read_lines
 
-    _, refs = nmt.read_pairs(Path(args.multi30k), args.split)
+    if args.limit is not None and args.limit < 1:
+        raise SystemExit(f"--limit must be >= 1, got {args.limit}")
+    _, refs = nmt.read_pairs(Path(args.multi30k), args.split, args.limit)
+    scope = f"the first {len(refs)} of {args.split}" if args.limit else f"the {args.split} split has {len(refs)}"
 
     def lines_of(path: str) -> list[str]:
         hyps = read_lines(path)
         if len(hyps) != len(refs):
-            raise SystemExit(f"{path}: {len(hyps)} lines, the {args.split} split has {len(refs)}")
+            raise SystemExit(f"{path}: {len(hyps)} lines, {scope}")
         return hyps
 
     baseline = lines_of(args.against) if args.against else None

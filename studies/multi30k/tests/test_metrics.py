@@ -84,3 +84,16 @@ def test_screen_against_a_baseline_gives_the_paired_bootstrap_of_each_file(tmp_p
     want = metrics.paired_bootstrap(["A person is outside."] * len(refs), refs, refs)
     assert tested == {"baseline": str(tmp_path / "const.en"), **want}
     assert max(want["bleu_p"], want["chrf_p"], want["bertscore_p"]) < 0.05 and "judge_p" not in want
+    const_f = metrics.sentence_bertscore(["A person is outside."] * len(refs), refs)
+    assert want["bertscore_delta"] == pytest.approx(100 - float(const_f.mean()), abs=1e-3)  # refs score 100
+    # --limit: the split's first N sentences, files of N lines; another length is refused naming the scope
+    (tmp_path / "const5.en").write_text("A person is outside.\n" * 5, encoding="utf-8")
+    (tmp_path / "refs5.en").write_text("\n".join(refs[:5]) + "\n", encoding="utf-8")
+    argv = [str(tmp_path / "refs5.en"), "--limit", "5", "--multi30k", str(sample)]
+    out = screen.main([*argv, "--against", str(tmp_path / "const5.en")])
+    assert out[str(tmp_path / "refs5.en")]["against"] == {
+        "baseline": str(tmp_path / "const5.en"),
+        **metrics.paired_bootstrap(["A person is outside."] * 5, refs[:5], refs[:5]),
+    }
+    with pytest.raises(SystemExit, match=r"const.en: \d+ lines, the first 5 of val"):
+        screen.main([*argv, "--against", str(tmp_path / "const.en")])
